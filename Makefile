@@ -1,0 +1,33 @@
+# Thin wrapper around the README's commands. `make run` and `make test` are the two that matter.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+QUICK  ?= 1
+
+.PHONY: setup run test lessons bench clean
+
+# Create .venv and install minwiola with its dev tools; torch is pinned to the CPU build by constraints.txt.
+setup: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	touch $@
+
+# The main job: train the tokenizer on the stories and print what it learned.
+run: setup
+	$(BIN)/python -m minwiola
+
+# Every unit test, and every lesson executed under nbval (quick mode unless QUICK=0).
+test: setup
+	MINWIOLA_QUICK=$(QUICK) $(BIN)/python -m pytest
+
+# Re-execute every lesson in place with the full run (what gets committed), then clean its metadata.
+lessons: setup
+	MINWIOLA_QUICK=0 $(BIN)/python lessons/execute.py lessons/*.ipynb
+
+bench: setup
+	$(BIN)/python benchmarks/tokenizer_bench.py
+
+clean:
+	rm -rf $(VENV) data/cache runs
