@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-QUICK  ?= 1
+QUICK  ?= $(or $(MINWIOLA_QUICK),1)
 
 .PHONY: setup run test lessons bench clean
 

@@ -59,8 +59,10 @@ def find_data_dir() -> Path | None:
     if env:
         path = Path(env).expanduser()
         if not any(_split_paths(path, s) for s in SPLITS):
-            raise DataFileError(f"MINWIOLA_DATA={env} holds no TinyStories files "
-                                f"(looked for {SPLIT_FILES['train'] + SPLIT_FILES['valid']})")
+            hint = "" if path.is_absolute() else f" (a relative path is read from the current folder, {Path.cwd()}: " \
+                                                 "use an absolute one)"
+            raise DataFileError(f"MINWIOLA_DATA={env} holds no TinyStories files{hint}; "
+                                f"looked for {SPLIT_FILES['train'] + SPLIT_FILES['valid']}")
         return path
     local = REPO_DATA / "tinystories"
     if any(_split_paths(local, s) for s in SPLITS):

@@ -45,7 +45,7 @@ def test_search_order(env, monkeypatch):
     assert data.find_data_dir() == mine                      # the env var comes first
     assert data.load_stories("valid") == ["env story"]
     monkeypatch.setenv("MINWIOLA_DATA", str(env / "empty"))
-    with pytest.raises(data.DataFileError, match="MINWIOLA_DATA=.*holds no TinyStories"):
+    with pytest.raises(data.DataFileError, match="MINWIOLA_DATA=.*holds no TinyStories files; looked for"):
         data.find_data_dir()
 
 

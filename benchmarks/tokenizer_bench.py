@@ -1,0 +1,81 @@
+"""Tokenizer benchmark: training time for a 4,096-id vocabulary, and encode throughput of both encoders.
+
+    MINWIOLA_DATA=../shared/data/tinystories python benchmarks/tokenizer_bench.py
+
+Writes results/tokenizer_bench.json (read by lesson 01 and the README). Each timing is the best of `--repeat`
+runs on one thread of the machine it reports.
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import tiktoken
+import torch
+
+from minwiola.data import EOT, describe_source, load_stories
+from minwiola.tokenizer import Tokenizer, default_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def hardware() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()}"
+
+
+def best_of(repeat: int, fn) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--vocab-size", type=int, default=4096)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "tokenizer_bench.json")
+    args = parser.parse_args()
+
+    train_text = EOT.join(load_stories("train"))
+    valid_text = "\n".join(load_stories("valid"))
+    tok = default_tokenizer()
+    mb = len(valid_text.encode()) / 1e6
+    train_s = best_of(args.repeat, lambda: Tokenizer.train(train_text, args.vocab_size))
+    fast_s = best_of(args.repeat, lambda: tok.fast.encode_ordinary(valid_text))
+    ref_s = best_of(args.repeat, lambda: tok.encode_reference(valid_text))
+    result = {
+        "command": " ".join(filter(None, [f"MINWIOLA_DATA={os.environ['MINWIOLA_DATA']}" if os.environ.get(
+            "MINWIOLA_DATA") else "", "python benchmarks/tokenizer_bench.py"] + sys.argv[1:])),
+        "hardware": hardware(),
+        "python": platform.python_version(), "torch": torch.__version__, "tiktoken": tiktoken.__version__,
+        "data": describe_source(),
+        "train_vocab_size": args.vocab_size,
+        "train_megabytes": round(len(train_text.encode()) / 1e6, 3),
+        "train_seconds": round(train_s, 3),
+        "encode_megabytes": round(mb, 3),
+        "fast_mb_per_s": round(mb / fast_s, 2),
+        "reference_mb_per_s": round(mb / ref_s, 3),
+        "repeat": args.repeat,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    json.dump(result, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()

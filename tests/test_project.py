@@ -1,0 +1,91 @@
+"""The project itself: install files agree, the two README commands exist, README numbers match results/."""
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from minwiola import quick_mode
+from minwiola.lesson import check_environment, requirements
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+README = (ROOT / "README.md").read_text()
+
+
+def test_environment_yml_lists_the_same_dependencies_as_pyproject():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    declared = PYPROJECT["project"]["dependencies"] + PYPROJECT["project"]["optional-dependencies"]["dev"]
+    assert sorted(r for r in pip if not r.startswith("-e")) == sorted(declared)
+    assert "-e ." in pip
+    assert any(str(d).startswith("python=3.11") for d in env["dependencies"])
+
+
+def test_torch_is_pinned_only_by_the_constraints_file():
+    torch_req = [r for r in PYPROJECT["project"]["dependencies"] if r.startswith("torch")]
+    assert torch_req == ["torch>=2.4"]                       # a lower bound only
+    assert "torch==2.13.0" in (ROOT / "constraints.txt").read_text().split()
+    assert "-c constraints.txt" in (ROOT / "Makefile").read_text()
+
+
+def test_installed_metadata_matches_pyproject():
+    # the environment check of lesson 00 reads these, so they must be what pyproject declares
+    assert sorted(requirements()) == sorted(PYPROJECT["project"]["dependencies"])
+    assert sorted(requirements("dev")) == sorted(PYPROJECT["project"]["optional-dependencies"]["dev"])
+    assert check_environment()
+
+
+def test_readme_gives_the_two_commands_and_ci_runs_the_test_one():
+    assert "make run" in README and "make test" in README
+    assert "conda env create -f environment.yml" in README
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^run: setup\n\t\$\(BIN\)/python -m minwiola$", makefile, re.M)
+    assert re.search(r"^test: setup\n.*-m pytest$", makefile, re.M)
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.startswith("#")]
+    assert ci[-1] == "make test"
+
+
+def test_readme_lists_every_lesson():
+    for nb in sorted((ROOT / "lessons").glob("*.ipynb")):
+        assert f"(lessons/{nb.name})" in README, f"{nb.name} is missing from the README's lesson table"
+
+
+def test_readme_numbers_come_from_results():
+    bench = json.loads((ROOT / "results" / "tokenizer_bench.json").read_text())
+    assert f"| {bench['train_seconds']:.2f} s |" in README
+    assert f"| {bench['fast_mb_per_s']:.1f} MB/s |" in README
+    assert f"| {bench['reference_mb_per_s']:.2f} MB/s |" in README
+    assert f"({bench['train_megabytes']:.2f} MB)" in README
+    assert bench["data"].startswith("TinyStories sample") and "TinyStories sample" in README
+
+
+def test_readme_compression_number(monkeypatch):
+    sample = ROOT.parent / "shared" / "data" / "tinystories"
+    if not sample.is_dir():
+        pytest.skip("the TinyStories sample is not beside this checkout")
+    monkeypatch.setenv("MINWIOLA_DATA", str(sample))
+    from minwiola.data import load_stories
+    from minwiola.tokenizer import bytes_per_token, default_tokenizer
+    value = bytes_per_token(default_tokenizer(), load_stories("valid"))
+    assert f"{value:.2f}\nbytes per token" in README or f"{value:.2f} bytes per token" in README
+
+
+def test_main_job_trains_and_saves(tmp_path, capsys):
+    from minwiola.tokenizer import Tokenizer, main
+    out = tmp_path / "tok.bpe"
+    assert main(["--vocab-size", "300", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "trained Tokenizer(vocab_size=300" in printed and "bytes/token" in printed and "data:" in printed
+    assert Tokenizer.load(out).vocab_size == 300
+
+
+def test_quick_mode_switch(monkeypatch):
+    for value, expected in [("1", True), ("0", False), ("", False)]:
+        monkeypatch.setenv("MINWIOLA_QUICK", value)
+        assert quick_mode() is expected
+    monkeypatch.delenv("MINWIOLA_QUICK")
+    assert quick_mode() is False
