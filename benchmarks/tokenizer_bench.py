@@ -1,4 +1,5 @@
-"""Tokenizer benchmark: training time for a 4,096-id vocabulary, and encode throughput of both encoders.
+"""Tokenizer benchmark: training time for a 4,096-id vocabulary, encode throughput of both encoders, and the
+shipped tokenizer's compression of the held-out split.
 
     MINWIOLA_DATA=../shared/data/tinystories python benchmarks/tokenizer_bench.py
 
@@ -17,7 +18,7 @@ import tiktoken
 import torch
 
 from minwiola.data import EOT, describe_source, load_stories
-from minwiola.tokenizer import Tokenizer, default_tokenizer
+from minwiola.tokenizer import Tokenizer, bytes_per_token, default_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +52,8 @@ def main() -> None:
     args = parser.parse_args()
 
     train_text = EOT.join(load_stories("train"))
-    valid_text = "\n".join(load_stories("valid"))
+    valid_stories = load_stories("valid")
+    valid_text = "\n".join(valid_stories)
     tok = default_tokenizer()
     mb = len(valid_text.encode()) / 1e6
     train_s = best_of(args.repeat, lambda: Tokenizer.train(train_text, args.vocab_size))
@@ -69,6 +71,7 @@ def main() -> None:
         "encode_megabytes": round(mb, 3),
         "fast_mb_per_s": round(mb / fast_s, 2),
         "reference_mb_per_s": round(mb / ref_s, 3),
+        "valid_bytes_per_token": round(bytes_per_token(tok, valid_stories), 3),
         "repeat": args.repeat,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 IMPORT_NAMES = {"pyyaml": "yaml"}  # distributions whose import name differs from their name on PyPI
 
@@ -36,8 +37,9 @@ def check_environment(extras=("dev",)) -> bool:
     """Print OK/FAIL for every package minwiola needs and the Python the kernel runs; True if all are OK."""
     print(f"Python {platform.python_version()} ({platform.python_implementation()}), "
           f"in a virtual environment: {sys.prefix != sys.base_prefix}")
-    ok = sys.version_info >= (3, 11)
-    print(f"  {'OK  ' if ok else 'FAIL'} python >= 3.11")
+    needs = md.metadata("minwiola")["Requires-Python"]
+    ok = SpecifierSet(needs).contains(platform.python_version())
+    print(f"  {'OK  ' if ok else 'FAIL'} python {needs}")
     reqs = requirements() + [r for e in extras for r in requirements(e)]
     for req in map(Requirement, reqs):
         name = req.name

@@ -25,6 +25,7 @@ import functools
 import hashlib
 import json
 import unicodedata
+import warnings
 from pathlib import Path
 
 import regex
@@ -124,7 +125,7 @@ def train_bpe(text: str, vocab_size: int, specials=DEFAULT_SPECIALS, pattern: st
     while len(vocab) < 256 + n_merges and pair_count:
         pair = max(pair_count, key=lambda p: (pair_count[p], -p[0], -p[1]))
         spelled = vocab[pair[0]] + vocab[pair[1]]
-        if spelled in ids:       # rare: these bytes are already a token (built another way); reuse its id
+        if spelled in ids:  # a safeguard (never seen to fire): these bytes are a token already; reuse its id
             new_id = ids[spelled]
         else:
             new_id = len(vocab)
@@ -146,6 +147,9 @@ def train_bpe(text: str, vocab_size: int, specials=DEFAULT_SPECIALS, pattern: st
         pair_count.pop(pair, None)
         if verbose and (len(vocab) - 256) % 500 == 0:
             print(f"merge {len(vocab) - 256}: {spelled!r}")
+    if len(vocab) < 256 + n_merges:
+        warnings.warn(f"the text ran out of pairs after {len(vocab) - 256} merges: vocab_size is "
+                      f"{len(vocab) + len(specials)}, not {vocab_size}", stacklevel=2)
     return vocab
 
 
@@ -172,8 +176,12 @@ class Tokenizer:
             raise ValueError("vocab must start with the 256 single bytes in order")
         if len(set(vocab)) != len(vocab):
             raise ValueError("vocab must not hold the same bytes twice")
+        specials = list(specials)
+        if len(set(specials)) != len(specials) or not all(isinstance(s, str) and s for s in specials):
+            raise ValueError(f"specials must be distinct non-empty strings, got {specials}")
         self.vocab = list(vocab)
         self.specials = {s: len(vocab) + i for i, s in enumerate(specials)}
+        self._special_bytes = {i: s.encode("utf-8") for s, i in self.specials.items()}
         self.pattern = pattern
         self.ranks = {b: i for i, b in enumerate(self.vocab)}
         self._compiled = regex.compile(pattern)
@@ -226,7 +234,7 @@ class Tokenizer:
         text = normalize(text)
         ids: list[int] = []
         chunks = [text]
-        if allowed_special:
+        if allowed_special and self.specials:
             chunks = regex.split("(" + "|".join(regex.escape(s) for s in self.specials) + ")", text)
         for chunk in chunks:
             if allowed_special and chunk in self.specials:
@@ -260,12 +268,12 @@ class Tokenizer:
 
     def decode_bytes(self, ids) -> bytes:
         """Ids to the exact bytes they stand for."""
-        inverse = {i: s.encode("utf-8") for s, i in self.specials.items()}
-        try:
-            return b"".join(self.vocab[i] if i < len(self.vocab) else inverse[i] for i in ids)
-        except (IndexError, KeyError, TypeError):
-            bad = [i for i in ids if not (isinstance(i, int) and 0 <= i < self.vocab_size)]
-            raise ValueError(f"token ids must be ints in [0, {self.vocab_size}), got {bad[:5]}") from None
+        ids = [int(i) if hasattr(i, "__index__") else i for i in ids]  # also numpy and torch integers
+        bad = [i for i in ids if not (isinstance(i, int) and 0 <= i < self.vocab_size)]
+        if bad:
+            raise ValueError(f"token ids must be ints in [0, {self.vocab_size}), got {bad[:5]}")
+        n = len(self.vocab)
+        return b"".join(self.vocab[i] if i < n else self._special_bytes[i] for i in ids)
 
     def decode(self, ids) -> str:
         """Ids to text. A cut through a multi-byte character shows as U+FFFD instead of failing."""
@@ -347,7 +355,7 @@ def default_tokenizer() -> Tokenizer:
 
 def bytes_per_token(tokenizer: Tokenizer, texts: list[str]) -> float:
     """Compression: UTF-8 bytes of `texts` divided by the number of tokens they encode to."""
-    n_bytes = sum(len(t.encode("utf-8")) for t in texts)
+    n_bytes = sum(len(normalize(t).encode("utf-8")) for t in texts)
     n_tokens = sum(len(ids) for ids in tokenizer.encode_batch(texts))
     return n_bytes / max(n_tokens, 1)
 

@@ -170,6 +170,7 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
     """Serves files from `directory`, honouring `Range: bytes=N-` (a 206 reply), and logs each request."""
     log: list = []
     cut_after: int | None = None   # send only this many bytes of the body, then hang up
+    ignore_range = False           # behave like a server without Range support: always 200 and the whole file
 
     def do_GET(self):
         path = Path(self.directory) / self.path.lstrip("/")
@@ -178,7 +179,7 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
             self.send_error(404, "Not Found")
             return
         body, start = path.read_bytes(), 0
-        rng = self.headers.get("Range")
+        rng = None if RangeHandler.ignore_range else self.headers.get("Range")
         if rng:
             start = int(rng.removeprefix("bytes=").rstrip("-"))
             if start >= len(body):
@@ -210,7 +211,7 @@ def server(tmp_path):
     else:
         content = "".join(s + "\n<|endoftext|>\n" for s in corpus.builtin_stories("valid")).encode()
     (www / "TinyStories-valid.txt").write_bytes(content)
-    RangeHandler.log, RangeHandler.cut_after = [], None
+    RangeHandler.log, RangeHandler.cut_after, RangeHandler.ignore_range = [], None, False
     handler = lambda *a, **k: RangeHandler(*a, directory=str(www), **k)  # noqa: E731
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -244,6 +245,17 @@ def test_download_resumes_with_a_range_request(server, tmp_path):
     assert RangeHandler.log[-1] == ("/TinyStories-valid.txt", "bytes=100000-")
     assert (dest / "TinyStories-valid.txt").read_bytes() == content
     assert not (dest / "TinyStories-valid.txt.part").exists()
+
+
+def test_resume_from_a_server_without_range_support_starts_over(server, tmp_path):
+    url, content = server
+    dest = tmp_path / "dl"
+    dest.mkdir()
+    (dest / "TinyStories-valid.txt.part").write_bytes(content[:5000])
+    RangeHandler.ignore_range = True                                   # replies 200 with the whole file
+    data.download("valid", dest, base_url=url, sha256=hashlib.sha256(content).hexdigest(), progress=False)
+    assert RangeHandler.log[-1][1] == "bytes=5000-"
+    assert (dest / "TinyStories-valid.txt").read_bytes() == content   # not the partial + the whole file
 
 
 def test_download_with_wrong_checksum_is_deleted(server, tmp_path):

@@ -1,5 +1,6 @@
 """Byte-level BPE: training, reference vs tiktoken encoders, round trips, save/load, bad input."""
 import unicodedata
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -134,3 +135,38 @@ def test_bad_input(shipped):
 def test_shipped_file_is_the_one_the_cli_writes():
     assert SHIPPED.is_file()
     assert SHIPPED.read_text().startswith("minwiola-bpe 1\n")
+
+
+def test_negative_and_foreign_ids_are_refused(shipped):
+    import numpy as np
+    with pytest.raises(ValueError, match="token ids must be ints"):
+        shipped.decode([-1])
+    with pytest.raises(ValueError, match="token ids must be ints"):
+        shipped.decode(iter([5, "x"]))
+    assert shipped.decode(np.array([430, 458], dtype=np.uint16)) == shipped.decode([430, 458])
+
+
+def test_no_specials_and_bad_specials():
+    vocab = Tokenizer.train("hello world " * 50, 300).vocab
+    plain = Tokenizer(vocab, specials=())
+    assert plain.encode("hello world", allowed_special=True) == plain.encode_reference("hello world", True)
+    with pytest.raises(ValueError, match="specials must be distinct non-empty strings"):
+        Tokenizer(vocab, specials=["<a>", "<a>"])
+    with pytest.raises(ValueError, match="specials must be distinct non-empty strings"):
+        Tokenizer(vocab, specials=[""])
+
+
+def test_running_out_of_pairs_warns():
+    with pytest.warns(UserWarning, match="ran out of pairs after 2 merges"):
+        tok = Tokenizer.train("abc", 400)
+    assert tok.vocab_size == 256 + 2 + 1
+
+
+SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinystories"
+
+
+@pytest.mark.skipif(not SAMPLE.is_dir(), reason="the TinyStories sample is not beside this checkout")
+def test_shipped_tokenizer_is_reproducible(monkeypatch, shipped):
+    monkeypatch.setenv("MINWIOLA_DATA", str(SAMPLE))
+    retrained = Tokenizer.train(data.EOT.join(data.load_stories("train")), 4096)
+    assert retrained.vocab == shipped.vocab and retrained.hash() == shipped.hash()
