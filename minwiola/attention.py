@@ -1,0 +1,207 @@
+"""Attention: the core three ways, the KV cache, and multi-head attention (lessons 02 and 04; Wiola eqs. 22-23).
+
+Notation: B batch, T tokens, d model width, H query heads, H_kv key/value heads, d_h head width.
+Queries q are (B, H, T_q, d_h); keys k and values v are (B, H, T_k, d_h). For head h (Wiola eq. 22, where the
+mask M holds 0 where a query may look and -inf where it may not):
+
+    A_h = softmax(q_h k_h^T / sqrt(d_h) + M),   O_h = A_h v_h
+
+Causal masking: the T_q queries are the *last* T_q of the T_k positions (with a KV cache, earlier positions sit
+in the cache), so query i, at absolute position T_k - T_q + i, may look at keys 0 .. T_k - T_q + i.
+
+Three ways to compute the same thing:
+* `attention_explicit`: scores, mask, softmax, weighted sum, written out; forms the (T_q, T_k) matrix;
+* `attention_fused`: PyTorch's `F.scaled_dot_product_attention`, which picks a fast kernel;
+* `attention_tiled`: blocks of keys at a time with the online softmax (the idea behind FlashAttention):
+  the exact same result, never holding more than a (block x block) piece of the score matrix.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .positions import rope_coefficients, rotate
+
+IMPLS = ("explicit", "fused", "tiled")
+QKV = ("separate", "unified")
+
+
+def causal_mask(T_q: int, T_k: int, device=None) -> torch.Tensor:
+    """(T_q, T_k) booleans, True where query i may look at key j: j <= T_k - T_q + i."""
+    i = torch.arange(T_q, device=device)[:, None]
+    j = torch.arange(T_k, device=device)[None, :]
+    return j <= i + (T_k - T_q)
+
+
+def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d_h) + M) v, written out step by step."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])          # (B, H, T_q, T_k)
+    if causal:
+        scores = scores.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)                              # each row sums to 1
+    return weights @ v                                                   # (B, H, T_q, d_h)
+
+
+def attention_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
+    """The same through `F.scaled_dot_product_attention`. Its `is_causal` aligns the mask to the top left, which
+    is right only when T_q == T_k; with a cache (T_q < T_k) we pass our own mask."""
+    if not causal:
+        return F.scaled_dot_product_attention(q, k, v)
+    if q.shape[-2] == k.shape[-2]:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(q.shape[-2], k.shape[-2], q.device))
+
+
+def attention_tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
+                    block: int = 64) -> torch.Tensor:
+    """The same, one (block x block) tile of scores at a time, with the online softmax.
+
+    For each block of queries we walk over blocks of keys and keep, per query row, the running maximum m of the
+    scores seen so far, the running sum l of exp(score - m), and the running weighted sum acc of values. When a
+    new block raises the maximum from m to m', everything accumulated so far is rescaled by exp(m - m'), so at the
+    end acc / l equals softmax(scores) v exactly (up to rounding). Key blocks entirely in a query block's future
+    are skipped.
+    """
+    T_q, T_k, d_h = q.shape[-2], k.shape[-2], q.shape[-1]
+    shift = T_k - T_q                              # query i sits at absolute position i + shift
+    out = torch.empty_like(q)
+    for qs in range(0, T_q, block):
+        qb = q[..., qs:qs + block, :] / math.sqrt(d_h)
+        rows = qb.shape[-2]
+        m = torch.full(qb.shape[:-1], float("-inf"), dtype=q.dtype, device=q.device)
+        l = torch.zeros(qb.shape[:-1], dtype=q.dtype, device=q.device)
+        acc = torch.zeros_like(qb)
+        last_visible = qs + rows - 1 + shift        # the furthest key any query of this block may see
+        for ks in range(0, T_k, block):
+            if causal and ks > last_visible:
+                break
+            s = qb @ k[..., ks:ks + block, :].transpose(-2, -1)          # (B, H, rows, <= block)
+            if causal:                                                   # the mask, at this tile's offsets
+                i = torch.arange(qs, qs + rows, device=q.device)[:, None] + shift
+                j = torch.arange(ks, ks + s.shape[-1], device=q.device)[None, :]
+                s = s.masked_fill(j > i, float("-inf"))
+            m_new = torch.maximum(m, s.amax(-1))
+            p = torch.exp(s - m_new[..., None])                          # masked entries give exp(-inf) = 0
+            rescale = torch.exp(m - m_new)                               # 0 on the first block (m = -inf)
+            l = l * rescale + p.sum(-1)
+            acc = acc * rescale[..., None] + p @ v[..., ks:ks + block, :]
+            m = m_new
+        out[..., qs:qs + rows, :] = acc / l[..., None]
+    return out
+
+
+ATTENTION = {"explicit": attention_explicit, "fused": attention_fused, "tiled": attention_tiled}
+
+
+class KVCache:
+    """The keys and values one attention layer has seen, so each new token only computes its own.
+
+    Buffers of shape (B, H_kv, max_len, d_h) are allocated on the first `append` (with the dtype and device of the
+    keys) and filled left to right; `length` is the number of positions held. Queries are not cached: a past
+    query is never needed again, since a token's output depends only on its own query.
+    """
+
+    def __init__(self, max_len: int):
+        self.max_len = max_len
+        self.length = 0
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v (B, H_kv, T, d_h) after the cached positions; return all keys and values so far."""
+        T = k.shape[-2]
+        if self.length + T > self.max_len:
+            raise ValueError(f"KV cache holds at most max_len={self.max_len} positions; "
+                             f"{self.length} + {T} new ones do not fit")
+        if self.k is None:
+            shape = (*k.shape[:-2], self.max_len, k.shape[-1])
+            self.k = torch.zeros(shape, dtype=k.dtype, device=k.device)
+            self.v = torch.zeros(shape, dtype=v.dtype, device=v.device)
+        self.k[..., self.length:self.length + T, :] = k
+        self.v[..., self.length:self.length + T, :] = v
+        self.length += T
+        return self.k[..., :self.length, :], self.v[..., :self.length, :]
+
+    def nbytes(self) -> int:
+        """Memory held by the cache buffers, in bytes."""
+        return 0 if self.k is None else self.k.nelement() * self.k.element_size() * 2
+
+
+class MultiHeadAttention(nn.Module):
+    """Causal multi-head attention: (B, T, d) -> (B, T, d).
+
+    qkv="separate": W_Q (d -> H d_h), W_K and W_V (d -> H_kv d_h), W_O (H d_h -> d), with d_h = d / H.
+      H_kv = H is multi-head attention (MHA); 1 < H_kv < H is grouped-query attention (GQA), where the H / H_kv
+      query heads of a group share one key/value head; H_kv = 1 is multi-query attention (MQA). Query head h uses
+      key/value head h // (H / H_kv). (Wiola eq. 22 writes g = h mod H_kv: the same idea with the heads numbered
+      differently.)
+    qkv="unified" (Yocto): one W (d -> d) whose output splits into three bands of d/3, read as query, key and
+      value; d_h = d / (3H); W_O maps the d/3 value band back to d. Needs H_kv = H.
+    positions="rope" rotates queries and keys by their absolute positions (RoPE; cached keys keep theirs).
+    """
+
+    def __init__(self, d: int, n_heads: int, n_kv_heads: int | None = None, qkv: str = "separate",
+                 rope: bool = True, bias: bool = False, max_len: int = 2048, rope_theta: float = 10000.0,
+                 impl: str = "fused"):
+        super().__init__()
+        H = n_heads
+        H_kv = n_kv_heads if n_kv_heads is not None else n_heads
+        if qkv not in QKV:
+            raise ValueError(f"qkv must be one of {QKV}, got {qkv!r}")
+        if impl not in IMPLS:
+            raise ValueError(f"attention must be one of {IMPLS}, got {impl!r}")
+        if H < 1 or H_kv < 1 or H % H_kv:
+            raise ValueError(f"n_heads={H} must be a positive multiple of n_kv_heads={H_kv}")
+        if qkv == "unified":
+            if H_kv != H:
+                raise ValueError(f"qkv='unified' needs n_kv_heads == n_heads, got {H_kv} and {H}")
+            if d % (3 * H):
+                raise ValueError(f"qkv='unified' needs d divisible by 3 * n_heads = {3 * H}, got d={d}")
+            self.d_h = d // (3 * H)
+            self.qkv = nn.Linear(d, d, bias=bias)
+        else:
+            if d % H:
+                raise ValueError(f"d={d} must be divisible by n_heads={H}")
+            self.d_h = d // H
+            self.q = nn.Linear(d, H * self.d_h, bias=bias)
+            self.k = nn.Linear(d, H_kv * self.d_h, bias=bias)
+            self.v = nn.Linear(d, H_kv * self.d_h, bias=bias)
+        if rope and self.d_h % 2:
+            raise ValueError(f"RoPE needs an even head width, got d_h={self.d_h}")
+        self.out = nn.Linear(H * self.d_h, d, bias=bias)
+        self.H, self.H_kv, self.mode, self.impl, self.rope = H, H_kv, qkv, impl, rope
+        if rope:
+            cos, sin = rope_coefficients(torch.arange(max_len), self.d_h, rope_theta)
+            # (max_len, d_h/2) tables, kept in float64 and cast at use; not saved with the weights
+            self.register_buffer("cos", cos, persistent=False)
+            self.register_buffer("sin", sin, persistent=False)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries (B, H, T, d_h), keys and values (B, H_kv, T, d_h)."""
+        B, T, _ = x.shape
+        if self.mode == "unified":
+            q, k, v = self.qkv(x).chunk(3, dim=-1)   # the seeking, offering and content bands
+        else:
+            q, k, v = self.q(x), self.k(x), self.v(x)
+        heads = lambda t, n: t.view(B, T, n, self.d_h).transpose(1, 2)  # noqa: E731
+        return heads(q, self.H), heads(k, self.H_kv), heads(v, self.H_kv)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        B, T, _ = x.shape
+        q, k, v = self.project(x)
+        start = cache.length if cache is not None else 0
+        if self.rope:
+            if start + T > self.cos.shape[0]:
+                raise ValueError(f"positions up to {start + T} exceed max_len={self.cos.shape[0]}")
+            cos, sin = self.cos[start:start + T], self.sin[start:start + T]
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        if self.H_kv != self.H:                       # GQA / MQA: each key/value head serves a group of queries
+            k = k.repeat_interleave(self.H // self.H_kv, dim=1)
+            v = v.repeat_interleave(self.H // self.H_kv, dim=1)
+        o = ATTENTION[self.impl](q, k, v, causal=True)
+        return self.out(o.transpose(1, 2).reshape(B, T, self.H * self.d_h))

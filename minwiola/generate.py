@@ -1,0 +1,90 @@
+"""Writing text: pick the next token from the model's logits, append it, repeat (lesson 04).
+
+Sampling rules, applied to the logits z of the last position:
+* greedy (temperature 0): the most likely token;
+* temperature t > 0: sample from softmax(z / t); t < 1 sharpens the distribution, t > 1 flattens it;
+* top-k: keep only the k most likely tokens, renormalise;
+* top-p (nucleus): keep the smallest set of most likely tokens whose probabilities add up to at least p.
+
+With the KV cache each step feeds only the newest token; without it, each step re-reads the whole sequence.
+Both give the same tokens (tested); the cache is faster (benchmarks/generation_bench.py).
+"""
+from __future__ import annotations
+
+import torch
+
+from .model import LanguageModel
+
+
+def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
+
+
+def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Next token ids (B,) from logits (B, V)."""
+    check_sampling(temperature, top_k, top_p)
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1:
+        probs, order = torch.softmax(logits, -1).sort(-1, descending=True)
+        before = probs.cumsum(-1) - probs             # probability mass strictly above each token
+        drop = before >= top_p                        # the first token is always kept (before = 0)
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    probs = torch.softmax(logits, -1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, top_p: float | None = None, seed: int = 0, use_cache: bool = True,
+                 stop_id: int | None = None) -> torch.Tensor:
+    """Extend idx (B, T) by up to `max_new_tokens` sampled tokens; stops early when every row has made `stop_id`."""
+    check_sampling(temperature, top_k, top_p)
+    total = idx.shape[1] + max_new_tokens
+    if total > model.config.context:
+        raise ValueError(f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) = {total} exceeds "
+                         f"context={model.config.context}")
+    was_training = model.training
+    model.eval()
+    generator = torch.Generator(device=idx.device).manual_seed(seed)
+    cache = model.new_cache() if use_cache else None
+    logits = model(idx, cache)[:, -1]
+    done = torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
+    for step in range(max_new_tokens):
+        nxt = sample_next(logits, temperature, top_k, top_p, generator)
+        idx = torch.cat([idx, nxt[:, None]], dim=1)
+        if stop_id is not None:
+            done |= nxt == stop_id
+            if done.all():
+                break
+        if step + 1 < max_new_tokens:
+            logits = (model(nxt[:, None], cache) if use_cache else model(idx))[:, -1]
+    model.train(was_training)
+    return idx
+
+
+def generate(model: LanguageModel, tokenizer, prompt: str, max_new_tokens: int = 200, temperature: float = 0.8,
+             top_k: int | None = None, top_p: float | None = 0.95, seed: int = 0, use_cache: bool = True) -> str:
+    """Continue `prompt` as the start of a story; returns prompt + continuation, ending at `<|endoftext|>`.
+
+    The prompt is preceded by `<|endoftext|>`, as every story in the training data is.
+    """
+    start = [tokenizer.eot_id] + tokenizer.encode(prompt)
+    device = next(model.parameters()).device
+    idx = torch.tensor([start], dtype=torch.long, device=device)
+    room = model.config.context - len(start)
+    out = generate_ids(model, idx, min(max_new_tokens, room), temperature, top_k, top_p, seed, use_cache,
+                       stop_id=tokenizer.eot_id)[0, len(start):].tolist()
+    if tokenizer.eot_id in out:
+        out = out[:out.index(tokenizer.eot_id)]
+    return prompt + tokenizer.decode(out)

@@ -1,0 +1,201 @@
+"""The decoder-only language model: one config, the block, the model, and named presets (lessons 02-04).
+
+    ids (B, T) -> token embedding (+ absolute positions) -> L blocks -> final norm -> tied head -> logits (B, T, V)
+
+A pre-norm block (GPT-2, LLaMA, Wiola eqs. 1-6 with plain parts) is
+
+    x = x + Attention(Norm(x));   x = x + FFN(Norm(x))
+
+and a post-norm block (the original Transformer) is x = Norm(x + Attention(x)); x = Norm(x + FFN(x)). The head
+is tied to the embedding: logits = h E^T (Wiola eq. 7), so the V x d table is stored once.
+
+Every choice is a field of `ModelConfig`; an ablation is a different config, never a different model class.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import IMPLS, QKV, KVCache, MultiHeadAttention
+from .ffn import FFNS, make_ffn, swiglu_hidden
+from .norm import NORMS, make_norm
+from .positions import POSITIONS, sinusoidal
+
+
+@dataclass
+class ModelConfig:
+    """Every architectural choice of the model. Names follow the paper: d, L (n_layers), H, H_kv, V, T."""
+
+    vocab_size: int = 4096          # V
+    context: int = 512              # the longest sequence the model accepts (T_max)
+    d: int = 64                     # model width
+    n_layers: int = 4               # L
+    n_heads: int = 4                # H, query heads
+    n_kv_heads: int | None = None   # H_kv, key/value heads; None means H (multi-head attention)
+    d_ff: int | None = None         # FFN hidden width; None: 4d for an MLP, 8d/3 rounded up to 8 for SwiGLU
+    ffn: str = "swiglu"             # "gelu", "relu", "silu" (an MLP) or "swiglu"
+    norm: str = "rmsnorm"           # "layernorm" or "rmsnorm"
+    norm_position: str = "pre"      # "pre" (norm inside the residual branch) or "post" (after the residual add)
+    positions: str = "rope"         # "rope", "learned", "sinusoidal" or "none"
+    qkv: str = "separate"           # "separate" Q, K, V projections, or Yocto's "unified" one
+    attn_bias: bool = False         # biases in the attention projections
+    ffn_bias: bool = False          # biases in the feed-forward layers
+    rope_theta: float = 10000.0     # theta_0 of Wiola eq. 11
+    dropout: float = 0.0            # on embeddings and on each residual branch, during training only
+    attention: str = "fused"        # "explicit", "fused" or "tiled": the same math, different kernels
+    init_std: float = 0.02          # std of the normal initialisation of weights
+
+    def __post_init__(self):
+        choices = {"ffn": FFNS, "norm": NORMS, "norm_position": ("pre", "post"), "positions": POSITIONS,
+                   "qkv": QKV, "attention": IMPLS}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        for name in ("vocab_size", "context", "d", "n_layers", "n_heads"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        H_kv = self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+        if H_kv < 1 or self.n_heads % H_kv:
+            raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={H_kv}")
+        width = 3 * self.n_heads if self.qkv == "unified" else self.n_heads
+        if self.d % width:
+            raise ValueError(f"d={self.d} must be divisible by {'3 * ' if self.qkv == 'unified' else ''}"
+                             f"n_heads = {width}")
+        if self.positions == "sinusoidal" and self.d % 2:
+            raise ValueError(f"positions='sinusoidal' needs an even d, got {self.d}")
+
+    @property
+    def hidden(self) -> int:
+        """The FFN hidden width actually used."""
+        if self.d_ff is not None:
+            return self.d_ff
+        return swiglu_hidden(self.d) if self.ffn == "swiglu" else 4 * self.d
+
+
+PRESETS: dict[str, dict] = {
+    # Yocto's published shape (its README): 484,272 parameters with V = 4,000.
+    "yocto": dict(vocab_size=4000, context=512, d=72, n_layers=4, n_heads=3, d_ff=288, ffn="gelu", ffn_bias=True,
+                  norm="layernorm", positions="rope", qkv="unified", attn_bias=False),
+    # GPT-2's recipe at Yocto's scale: learned positions, LayerNorm, GELU MLP of 4d, biases everywhere.
+    "gpt2-style": dict(vocab_size=4096, context=512, d=64, n_layers=4, n_heads=4, ffn="gelu", ffn_bias=True,
+                       norm="layernorm", positions="learned", qkv="separate", attn_bias=True),
+    # LLaMA's recipe at Yocto's scale: RMSNorm, SwiGLU of 8d/3, RoPE, no biases.
+    "llama-style": dict(vocab_size=4096, context=512, d=64, n_layers=4, n_heads=4, ffn="swiglu",
+                        norm="rmsnorm", positions="rope", qkv="separate"),
+    # Tiny versions for tests and quick lessons.
+    "tiny-gpt2": dict(vocab_size=64, context=32, d=24, n_layers=2, n_heads=2, ffn="gelu", ffn_bias=True,
+                      norm="layernorm", positions="learned", attn_bias=True),
+    "tiny-llama": dict(vocab_size=64, context=32, d=24, n_layers=2, n_heads=4, n_kv_heads=2, ffn="swiglu",
+                       norm="rmsnorm", positions="rope"),
+    "tiny-yocto": dict(vocab_size=64, context=32, d=24, n_layers=2, n_heads=2, d_ff=96, ffn="gelu",
+                       ffn_bias=True, norm="layernorm", positions="rope", qkv="unified"),
+}
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+    """The named configuration, with any field overridden: `preset("yocto", vocab_size=4096)`."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; presets are {sorted(PRESETS)}")
+    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = set(overrides) - fields
+    if unknown:
+        raise ValueError(f"unknown config field(s) {sorted(unknown)}; fields are {sorted(fields)}")
+    return ModelConfig(**{**PRESETS[name], **overrides})
+
+
+class Block(nn.Module):
+    """One decoder block: attention then feed-forward, each in a residual branch with its norm."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.pre = cfg.norm_position == "pre"
+        self.norm1 = make_norm(cfg.norm, cfg.d)
+        self.attn = MultiHeadAttention(cfg.d, cfg.n_heads, cfg.n_kv_heads, cfg.qkv, rope=cfg.positions == "rope",
+                                       bias=cfg.attn_bias, max_len=cfg.context, rope_theta=cfg.rope_theta,
+                                       impl=cfg.attention)
+        self.norm2 = make_norm(cfg.norm, cfg.d)
+        self.ffn = make_ffn(cfg.ffn, cfg.d, cfg.hidden, cfg.ffn_bias)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        if self.pre:
+            x = x + self.drop(self.attn(self.norm1(x), cache))
+            return x + self.drop(self.ffn(self.norm2(x)))
+        x = self.norm1(x + self.drop(self.attn(x, cache)))
+        return self.norm2(x + self.drop(self.ffn(x)))
+
+
+class LanguageModel(nn.Module):
+    """`model(idx)` maps token ids (B, T) to next-token logits (B, T, V). With `cache` (from `new_cache`) the ids
+    continue the cached sequence: positions start where the cache ends, and only the new tokens are computed."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = cfg = config
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d)
+        if cfg.positions == "learned":
+            self.pos = nn.Embedding(cfg.context, cfg.d)
+        elif cfg.positions == "sinusoidal":
+            self.register_buffer("pos_table", sinusoidal(cfg.context, cfg.d), persistent=False)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        # post-norm blocks end in a norm already; pre-norm ones need a final norm before the head
+        self.norm = make_norm(cfg.norm, cfg.d) if cfg.norm_position == "pre" else nn.Identity()
+        self.apply(self._init)
+
+    def _init(self, module: nn.Module) -> None:
+        std = self.config.init_std
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, 0.0, std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def new_cache(self) -> list[KVCache]:
+        """An empty KV cache, one per layer, for incremental decoding."""
+        return [KVCache(self.config.context) for _ in self.blocks]
+
+    def check_ids(self, idx: torch.Tensor, start: int = 0) -> None:
+        """Raise ValueError unless idx is a (B, T) integer tensor of valid ids that fits the context."""
+        cfg = self.config
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"idx must be a (B, T) int64 tensor of token ids, got "
+                             f"{getattr(idx, 'dtype', type(idx).__name__)} of shape {tuple(getattr(idx, 'shape', ()))}")
+        if start + idx.shape[1] > cfg.context:
+            raise ValueError(f"sequence of {start + idx.shape[1]} tokens is longer than context={cfg.context}")
+        if idx.numel() and (idx.min() < 0 or idx.max() >= cfg.vocab_size):
+            raise ValueError(f"token ids must be in [0, vocab_size={cfg.vocab_size}), got values in "
+                             f"[{int(idx.min())}, {int(idx.max())}]")
+
+    def forward(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
+        start = cache[0].length if cache else 0
+        self.check_ids(idx, start)
+        x = self.embed(idx)
+        if self.config.positions == "learned":
+            x = x + self.pos(torch.arange(start, start + idx.shape[1], device=idx.device))
+        elif self.config.positions == "sinusoidal":
+            x = x + self.pos_table[start:start + idx.shape[1]].to(x.dtype)
+        x = self.drop(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache[i] if cache else None)
+        return self.norm(x) @ self.embed.weight.T          # tied head (Wiola eq. 7)
+
+    def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy in nats per token."""
+        logits = self(idx)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    def n_params(self) -> int:
+        """Parameters, counting the tied embedding/head once."""
+        return sum(p.numel() for p in self.parameters())
+
+
+def initial_loss(vocab_size: int) -> float:
+    """ln V: the loss of a model that spreads probability evenly over V tokens, where training starts."""
+    return math.log(vocab_size)

@@ -1,0 +1,163 @@
+"""Norms, feed-forward layers, positions and attention, each against an independent reference."""
+import math
+
+import pytest
+import torch
+
+from minwiola.attention import (KVCache, MultiHeadAttention, attention_explicit, attention_fused, attention_tiled,
+                                causal_mask)
+from minwiola.ffn import MLP, SwiGLU, make_ffn, swiglu_hidden
+from minwiola.norm import LayerNorm, RMSNorm, make_norm
+from minwiola.positions import rope_coefficients, rope_frequencies, rotate, sinusoidal
+
+
+
+@pytest.fixture(autouse=True)
+def float64_and_seed():
+    """Every test here runs in float64 with a fixed seed (restored afterwards)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    torch.manual_seed(0)
+    yield
+    torch.set_default_dtype(old)
+
+
+def test_norms_match_torch():
+    x = torch.randn(3, 5, 16) * 3 + 1
+    ln, ref = LayerNorm(16), torch.nn.LayerNorm(16)
+    with torch.no_grad():
+        for p in (ln.weight, ln.bias):
+            p.normal_()
+        ref.weight.copy_(ln.weight); ref.bias.copy_(ln.bias)
+    assert torch.allclose(ln(x), ref(x), atol=1e-12)
+    rms, ref = RMSNorm(16), torch.nn.RMSNorm(16, eps=1e-6)
+    with torch.no_grad():
+        rms.weight.normal_(); ref.weight.copy_(rms.weight)
+    assert torch.allclose(rms(x), ref(x), atol=1e-12)
+    with pytest.raises(ValueError, match="norm must be one of"):
+        make_norm("batchnorm", 16)
+
+
+def test_layernorm_ignores_a_shift_rmsnorm_does_not():
+    x = torch.randn(4, 16)
+    assert torch.allclose(LayerNorm(16)(x + 5.0), LayerNorm(16)(x), atol=1e-6)
+    assert not torch.allclose(RMSNorm(16)(x + 5.0), RMSNorm(16)(x), atol=1e-2)
+
+
+def test_ffns():
+    x = torch.randn(2, 3, 12)
+    mlp = MLP(12, 48)
+    assert torch.allclose(mlp(x), mlp.down(torch.nn.functional.gelu(mlp.up(x))))
+    sw = SwiGLU(12, swiglu_hidden(12))
+    assert sw(x).shape == x.shape and swiglu_hidden(12) == 32 and swiglu_hidden(64) == 176
+    # the 8d/3 width spends what a 4d MLP spends: 3 * d * 8d/3 = 2 * d * 4d (before rounding)
+    assert 3 * 12 * (8 * 12 / 3) == 2 * 12 * 48
+    with pytest.raises(ValueError, match="ffn must be one of"):
+        make_ffn("moe", 12, 48, True)
+
+
+def test_sinusoidal_table():
+    table = sinusoidal(50, 8)
+    p, i = 7, 2
+    assert math.isclose(table[p, 2 * i], math.sin(p / 10000 ** (2 * i / 8)), abs_tol=1e-6)
+    assert math.isclose(table[p, 2 * i + 1], math.cos(p / 10000 ** (2 * i / 8)), abs_tol=1e-6)
+
+
+def test_rope_score_depends_only_on_the_offset():
+    d_h = 16
+    q, k = torch.randn(d_h), torch.randn(d_h)
+
+    def score(p, s):
+        cp, sp = rope_coefficients(torch.tensor([p]), d_h)
+        cs, ss = rope_coefficients(torch.tensor([s]), d_h)
+        return (rotate(q[None], cp, sp) @ rotate(k[None], cs, ss).T).item()
+
+    for shift in (1, 17, 1000):
+        assert math.isclose(score(10, 3), score(10 + shift, 3 + shift), abs_tol=1e-10)
+    assert not math.isclose(score(10, 3), score(10, 4), abs_tol=1e-3)
+
+
+def test_rope_is_a_rotation():
+    x = torch.randn(5, 8)
+    cos, sin = rope_coefficients(torch.arange(5), 8)
+    assert torch.allclose(rotate(x, cos, sin).norm(dim=-1), x.norm(dim=-1))
+    assert torch.allclose(rope_frequencies(8), 10000.0 ** (-torch.arange(4) / 4))
+
+
+@pytest.mark.parametrize("T_q, T_k", [(16, 16), (1, 16), (5, 16), (70, 70), (33, 100)])
+def test_three_attentions_agree(T_q, T_k):
+    q, k, v = torch.randn(2, 3, T_q, 8), torch.randn(2, 3, T_k, 8), torch.randn(2, 3, T_k, 8)
+    a = attention_explicit(q, k, v)
+    assert torch.allclose(a, attention_fused(q, k, v), atol=1e-12)
+    assert torch.allclose(a, attention_tiled(q, k, v, block=16), atol=1e-12)
+    assert torch.allclose(attention_explicit(q, k, v, causal=False), attention_tiled(q, k, v, False, 7), atol=1e-12)
+
+
+def test_causal_mask_with_an_offset():
+    m = causal_mask(2, 5)
+    assert m.tolist() == [[True, True, True, True, False], [True, True, True, True, True]]
+
+
+def test_attention_is_causal():
+    q, k, v = torch.randn(1, 2, 10, 4), torch.randn(1, 2, 10, 4), torch.randn(1, 2, 10, 4)
+    out = attention_explicit(q, k, v)
+    k2, v2 = k.clone(), v.clone()
+    k2[..., 9, :] += 10; v2[..., 9, :] += 10
+    assert torch.equal(attention_explicit(q, k2, v2)[..., :9, :], out[..., :9, :])
+
+
+@pytest.mark.parametrize("H, H_kv", [(4, 4), (4, 2), (4, 1)])
+def test_mha_gqa_mqa_shapes_and_parameters(H, H_kv):
+    d = 32
+    mha = MultiHeadAttention(d, H, H_kv)
+    x = torch.randn(2, 7, d)
+    assert mha(x).shape == x.shape
+    d_h = d // H
+    assert sum(p.numel() for p in mha.parameters()) == d * H * d_h * 2 + 2 * d * H_kv * d_h
+
+
+def test_gqa_equals_mha_with_copied_heads():
+    d, H = 16, 4
+    gqa = MultiHeadAttention(d, H, 2, rope=False)
+    mha = MultiHeadAttention(d, H, H, rope=False)
+    with torch.no_grad():
+        mha.q.weight.copy_(gqa.q.weight); mha.out.weight.copy_(gqa.out.weight)
+        # key/value head g serves query heads 2g and 2g+1: give MHA the same head twice
+        mha.k.weight.copy_(gqa.k.weight.view(2, 4, d).repeat_interleave(2, 0).reshape(16, d))
+        mha.v.weight.copy_(gqa.v.weight.view(2, 4, d).repeat_interleave(2, 0).reshape(16, d))
+    x = torch.randn(1, 6, d)
+    assert torch.allclose(gqa(x), mha(x), atol=1e-12)
+
+
+def test_unified_projection_bands():
+    d, H = 24, 2
+    att = MultiHeadAttention(d, H, qkv="unified", rope=False)
+    assert att.d_h == 4 and sum(p.numel() for p in att.parameters()) == d * d + (d // 3) * d
+    x = torch.randn(1, 5, d)
+    q, k, v = att.project(x)
+    u = x @ att.qkv.weight.T
+    assert torch.allclose(q.transpose(1, 2).reshape(1, 5, 8), u[..., :8])
+    assert torch.allclose(k.transpose(1, 2).reshape(1, 5, 8), u[..., 8:16])
+    assert torch.allclose(v.transpose(1, 2).reshape(1, 5, 8), u[..., 16:])
+
+
+def test_kv_cache():
+    cache = KVCache(max_len=6)
+    k, v = torch.randn(1, 2, 4, 3), torch.randn(1, 2, 4, 3)
+    ka, va = cache.append(k, v)
+    assert torch.equal(ka, k) and cache.length == 4 and cache.nbytes() == 2 * 1 * 2 * 6 * 3 * 8
+    ka, _ = cache.append(k[..., :2, :], v[..., :2, :])
+    assert ka.shape[-2] == 6
+    with pytest.raises(ValueError, match="max_len=6"):
+        cache.append(k[..., :1, :], v[..., :1, :])
+
+
+def test_bad_attention_settings():
+    with pytest.raises(ValueError, match="n_heads=4 must be a positive multiple of n_kv_heads=3"):
+        MultiHeadAttention(24, 4, 3)
+    with pytest.raises(ValueError, match="d=30 must be divisible by n_heads=4"):
+        MultiHeadAttention(30, 4)
+    with pytest.raises(ValueError, match="unified.*n_kv_heads == n_heads"):
+        MultiHeadAttention(24, 4, 2, qkv="unified")
+    with pytest.raises(ValueError, match="attention must be one of"):
+        MultiHeadAttention(24, 4, impl="flash")

@@ -1,0 +1,186 @@
+"""The language model: presets, causality, cached decoding, the loss at initialisation, learning, bad input."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from minwiola import data
+from minwiola.generate import generate, generate_ids, sample_next
+from minwiola.model import PRESETS, LanguageModel, ModelConfig, initial_loss, preset
+from minwiola.tokenizer import default_tokenizer
+
+ALL = sorted(PRESETS)
+
+
+def big_model(name: str, **overrides) -> LanguageModel:
+    """A float64 model with weights large enough (std 0.3) that any leak of the future would show."""
+    torch.manual_seed(0)
+    return LanguageModel(preset(name, init_std=0.3, **overrides)).double().eval()
+
+
+def ids(model, B=2, T=24, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, model.config.vocab_size, (B, T), generator=g)
+
+
+def test_yocto_has_its_published_parameter_count():
+    assert LanguageModel(preset("yocto")).n_params() == 484_272
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_shapes_and_tied_head(name):
+    model = LanguageModel(preset(name))
+    x = ids(model)
+    assert model(x).shape == (*x.shape, model.config.vocab_size)
+    assert not any(p is model.embed.weight for n, p in model.named_parameters() if n != "embed.weight")
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_causality(name):
+    model = big_model(name)
+    x = ids(model)
+    y = x.clone()
+    y[:, -1] = (y[:, -1] + 1) % model.config.vocab_size          # change only the last token
+    a, b = model(x), model(y)
+    assert torch.equal(a[:, :-1], b[:, :-1])                      # every earlier logit is identical
+    assert (a[:, -1] - b[:, -1]).abs().max() > 1e-3               # and the change is visible where it may be
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("attention", ["explicit", "fused", "tiled"])
+def test_cached_decoding_matches_the_full_forward(name, attention):
+    model = big_model(name, attention=attention)
+    x = ids(model, T=20)
+    full = model(x)
+    cache = model.new_cache()
+    steps = torch.cat([model(x[:, t:t + 1], cache) for t in range(x.shape[1])], dim=1)
+    assert (steps - full).abs().max() < 1e-10
+    cache = model.new_cache()
+    chunks = torch.cat([model(x[:, :13], cache), model(x[:, 13:], cache)], dim=1)
+    assert (chunks - full).abs().max() < 1e-10
+
+
+def test_post_norm_and_sinusoidal_variants_are_causal_and_cacheable():
+    model = big_model("tiny-gpt2", norm_position="post", positions="sinusoidal")
+    x = ids(model, T=16)
+    cache = model.new_cache()
+    steps = torch.cat([model(x[:, t:t + 1], cache) for t in range(16)], dim=1)
+    assert (steps - model(x)).abs().max() < 1e-10
+
+
+@pytest.mark.parametrize("name", ["yocto", "gpt2-style", "llama-style"])
+def test_loss_at_initialisation_is_close_to_log_v(name):
+    torch.manual_seed(0)
+    model = LanguageModel(preset(name))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, model.config.vocab_size, (4, 64), generator=g)
+    y = torch.randint(0, model.config.vocab_size, (4, 64), generator=g)
+    with torch.no_grad():
+        loss = model.loss(x, y).item()
+    assert abs(loss - initial_loss(model.config.vocab_size)) < 0.05
+
+
+def test_a_few_hundred_steps_lower_the_loss():
+    torch.manual_seed(0)
+    tok = default_tokenizer()
+    stream = data.tokens("valid", tok)
+    model = LanguageModel(preset("llama-style", context=64))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    x_eval, y_eval = data.get_batch(stream, 8, 64, torch.Generator().manual_seed(123))
+    with torch.no_grad():
+        before = model.loss(x_eval, y_eval).item()
+    for _ in range(200):
+        x, y = data.get_batch(stream, 8, 64, g)
+        loss = model.loss(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        after = model.loss(x_eval, y_eval).item()
+    assert abs(before - math.log(tok.vocab_size)) < 0.1
+    print(f"held-out batch: {before:.2f} -> {after:.2f} nats/token")
+    assert after < before - 2.0, (before, after)                 # from ~8.3 nats to well under 6.3
+
+
+def test_bad_configs_name_the_field():
+    with pytest.raises(ValueError, match="unknown preset 'gpt5'; presets are"):
+        preset("gpt5")
+    with pytest.raises(ValueError, match=r"unknown config field\(s\) \['heads'\]"):
+        preset("yocto", heads=3)
+    with pytest.raises(ValueError, match="norm must be one of"):
+        ModelConfig(norm="batchnorm")
+    with pytest.raises(ValueError, match="positions must be one of"):
+        ModelConfig(positions="alibi")
+    with pytest.raises(ValueError, match="d=70 must be divisible by n_heads = 4"):
+        ModelConfig(d=70, n_heads=4)
+    with pytest.raises(ValueError, match="d=64 must be divisible by 3 \\* n_heads = 12"):
+        ModelConfig(d=64, n_heads=4, qkv="unified")
+    with pytest.raises(ValueError, match="n_heads=4 must be a multiple of n_kv_heads=3"):
+        ModelConfig(n_heads=4, n_kv_heads=3)
+    with pytest.raises(ValueError, match="dropout must be in"):
+        ModelConfig(dropout=1.5)
+
+
+def test_bad_ids_name_the_problem():
+    model = LanguageModel(preset("tiny-llama"))
+    with pytest.raises(ValueError, match="longer than context=32"):
+        model(torch.zeros(1, 33, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, vocab_size=64\)"):
+        model(torch.tensor([[1, 64]]))
+    with pytest.raises(ValueError, match=r"token ids must be in"):
+        model(torch.tensor([[-1, 3]]))
+    with pytest.raises(ValueError, match="must be a \\(B, T\\) int64 tensor"):
+        model(torch.zeros(1, 4))
+    with pytest.raises(ValueError, match="must be a \\(B, T\\) int64 tensor"):
+        model(torch.zeros(4, dtype=torch.long))
+    cache = model.new_cache()
+    model(torch.zeros(1, 30, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match="sequence of 33 tokens is longer than context=32"):
+        model(torch.zeros(1, 3, dtype=torch.long), cache)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Generation
+# ------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-llama", "tiny-yocto"])
+def test_cache_and_no_cache_write_the_same_tokens(name):
+    model = big_model(name)
+    prompt = ids(model, B=2, T=5)
+    for kwargs in [dict(temperature=0), dict(temperature=1.0, top_k=10), dict(temperature=0.8, top_p=0.9)]:
+        a = generate_ids(model, prompt, 20, seed=3, use_cache=True, **kwargs)
+        b = generate_ids(model, prompt, 20, seed=3, use_cache=False, **kwargs)
+        assert torch.equal(a, b) and a.shape == (2, 25)
+
+
+def test_sampling_rules():
+    logits = torch.tensor([[0.0, 1.0, 2.0, 3.0]]).log_softmax(-1).repeat(2000, 1)
+    assert sample_next(logits, temperature=0).tolist() == [3] * 2000
+    g = torch.Generator().manual_seed(0)
+    assert set(sample_next(logits, top_k=2, generator=g).tolist()) == {2, 3}
+    # top-p: probabilities are about (0.03, 0.09, 0.24, 0.64): p = 0.7 keeps {3, 2}, p = 0.5 keeps only 3
+    assert set(sample_next(logits, top_p=0.7, generator=g).tolist()) == {2, 3}
+    assert set(sample_next(logits, top_p=0.5, generator=g).tolist()) == {3}
+    # the nucleus is the *smallest* set with mass >= p: with probabilities (1/2, 1/4, 1/4) and p = 3/4, the first
+    # two tokens already reach 3/4, so the third is dropped
+    exact = torch.tensor([[0.5, 0.25, 0.25]]).log().repeat(500, 1)
+    assert set(sample_next(exact, top_p=0.75, generator=g).tolist()) == {0, 1}
+    hot = np.bincount(sample_next(logits, temperature=5.0, generator=g).numpy(), minlength=4)
+    cold = np.bincount(sample_next(logits, temperature=0.5, generator=g).numpy(), minlength=4)
+    assert hot[0] > cold[0] and cold[3] > hot[3]                  # temperature flattens or sharpens
+    for bad, match in [(dict(temperature=-1), "temperature"), (dict(top_k=0), "top_k"), (dict(top_p=0), "top_p")]:
+        with pytest.raises(ValueError, match=match):
+            sample_next(logits, **bad)
+
+
+def test_generate_text_is_reproducible_and_checks_length():
+    tok = default_tokenizer()
+    torch.manual_seed(0)
+    model = LanguageModel(preset("tiny-llama", vocab_size=tok.vocab_size, context=64))
+    a = generate(model, tok, "Once upon a time", max_new_tokens=20, seed=7)
+    assert a == generate(model, tok, "Once upon a time", max_new_tokens=20, seed=7)
+    assert a.startswith("Once upon a time")
+    with pytest.raises(ValueError, match="exceeds context=64"):
+        generate_ids(model, torch.zeros(1, 60, dtype=torch.long), 5)
