@@ -205,3 +205,48 @@ class MultiHeadAttention(nn.Module):
             v = v.repeat_interleave(self.H // self.H_kv, dim=1)
         o = ATTENTION[self.impl](q, k, v, causal=True)
         return self.out(o.transpose(1, 2).reshape(B, T, self.H * self.d_h))
+
+
+class PagedKVCache:
+    """A toy paged KV cache (the idea of vLLM's PagedAttention), for many sequences sharing one memory pool.
+
+    Memory is a pool of `n_blocks` fixed-size blocks of `block_size` positions each (one tensor of shape
+    (n_blocks, 2, H_kv, block_size, d_h): keys and values). A sequence owns a *block table*, the list of blocks
+    holding its positions in order; it takes a new block from the free list only when its last block is full,
+    and gives all its blocks back when it finishes. So no sequence reserves memory it may never use, and the
+    only waste is the unfilled tail of each sequence's last block (fewer than `block_size` positions).
+    """
+
+    def __init__(self, n_blocks: int, block_size: int, n_kv_heads: int, d_h: int, dtype=torch.float32):
+        self.block_size = block_size
+        self.pool = torch.zeros(n_blocks, 2, n_kv_heads, block_size, d_h, dtype=dtype)
+        self.free = list(range(n_blocks))       # blocks nobody owns
+        self.tables: dict[int, list[int]] = {}  # sequence id -> its blocks, in order
+        self.lengths: dict[int, int] = {}       # sequence id -> positions stored
+
+    def append(self, seq: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store one position's key and value (each (H_kv, d_h)) at the end of sequence `seq`."""
+        table, n = self.tables.setdefault(seq, []), self.lengths.get(seq, 0)
+        if n == len(table) * self.block_size:   # the last block is full (or there is none yet)
+            if not self.free:
+                raise RuntimeError("the paged KV cache is out of blocks")
+            table.append(self.free.pop())
+        block, slot = table[n // self.block_size], n % self.block_size
+        self.pool[block, 0, :, slot], self.pool[block, 1, :, slot] = k, v
+        self.lengths[seq] = n + 1
+
+    def gather(self, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of `seq` in order, each (H_kv, T, d_h), read through its block table."""
+        blocks = self.pool[self.tables[seq]]                     # (n_blocks_used, 2, H_kv, block_size, d_h)
+        kv = blocks.permute(1, 2, 0, 3, 4).flatten(2, 3)        # (2, H_kv, n_blocks_used * block_size, d_h)
+        n = self.lengths[seq]
+        return kv[0, :, :n], kv[1, :, :n]
+
+    def release(self, seq: int) -> None:
+        """The sequence is finished: its blocks go back to the free list for others to reuse."""
+        self.free.extend(self.tables.pop(seq))
+        self.lengths.pop(seq)
+
+    def wasted_positions(self) -> int:
+        """Reserved but unused positions: the unfilled tails of the sequences' last blocks."""
+        return sum(len(t) * self.block_size - self.lengths[s] for s, t in self.tables.items())

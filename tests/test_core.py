@@ -161,3 +161,26 @@ def test_bad_attention_settings():
         MultiHeadAttention(24, 4, 2, qkv="unified")
     with pytest.raises(ValueError, match="attention must be one of"):
         MultiHeadAttention(24, 4, impl="flash")
+
+
+def test_paged_cache_reads_back_what_a_contiguous_cache_holds():
+    from minwiola.attention import PagedKVCache
+    paged = PagedKVCache(n_blocks=8, block_size=4, n_kv_heads=2, d_h=3, dtype=torch.float64)
+    keys = {s: torch.randn(n, 2, 3) for s, n in [(0, 9), (1, 3), (2, 6)]}
+    for t in range(9):                                   # interleave the sequences, as a server would
+        for s, k in keys.items():
+            if t < len(k):
+                paged.append(s, k[t], -k[t])
+    for s, k in keys.items():
+        ks, vs = paged.gather(s)
+        assert torch.equal(ks, k.transpose(0, 1)) and torch.equal(vs, -k.transpose(0, 1))
+    assert [len(paged.tables[s]) for s in keys] == [3, 1, 2]
+    assert paged.wasted_positions() == (12 - 9) + (4 - 3) + (8 - 6)
+    paged.release(0)
+    assert len(paged.free) == 8 - 3
+    paged.append(3, torch.randn(2, 3), torch.randn(2, 3))  # a new sequence reuses a freed block
+    assert len(paged.free) == 4
+    for _ in range(3 + 4 * 4):                           # the rest of its block, then the 4 free blocks
+        paged.append(3, torch.randn(2, 3), torch.randn(2, 3))
+    with pytest.raises(RuntimeError, match="out of blocks"):
+        paged.append(3, torch.randn(2, 3), torch.randn(2, 3))
