@@ -63,6 +63,25 @@ def test_readme_numbers_come_from_results():
     assert bench["data"].startswith("TinyStories sample") and "TinyStories sample" in README
 
 
+def test_readme_benchmark_numbers_come_from_results():
+    a = json.loads((ROOT / "results" / "attention_bench.json").read_text())
+    T = max(r["T"] for r in a["rows"])
+    for r in (r for r in a["rows"] if r["T"] == T):
+        assert f"| {r['seconds'] * 1e3:.1f} ms | {r['peak_bytes'] / 2**20:.0f} MiB |" in README
+    g = json.loads((ROOT / "results" / "generation_bench.json").read_text())
+    assert f"{g['with_cache']:.0f} tokens/s with the KV cache, {g['without_cache']:.0f} without" in README
+    t = json.loads((ROOT / "results" / "train_bench.json").read_text())
+    for r in t["rows"]:
+        assert f"| `{r['preset']}` | {r['params']:,} | {r['tokens_per_s']:,} |" in README
+
+
+def test_readme_preset_parameter_counts():
+    from minwiola.model import LanguageModel, preset
+    for name in ("gpt2-style", "llama-style"):
+        assert f"| {LanguageModel(preset(name)).n_params():,} |" in README
+    assert "| 484,272 (as published) |" in README and LanguageModel(preset("yocto")).n_params() == 484_272
+
+
 def test_main_job_trains_and_saves(tmp_path, capsys):
     from minwiola.tokenizer import Tokenizer, main
     out = tmp_path / "tok.bpe"
