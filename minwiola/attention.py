@@ -47,7 +47,8 @@ def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
 
 def attention_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
     """The same through `F.scaled_dot_product_attention`. Its `is_causal` aligns the mask to the top left, which
-    is right only when T_q == T_k; with a cache (T_q < T_k) we pass our own mask."""
+    is right only when T_q == T_k; with a cache (T_q < T_k) we pass our own mask. (A boolean mask keeps PyTorch
+    from using its flash kernel on GPU; that is the price of this simple cache.)"""
     if not causal:
         return F.scaled_dot_product_attention(q, k, v)
     if q.shape[-2] == k.shape[-2]:
@@ -63,7 +64,8 @@ def attention_tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     scores seen so far, the running sum l of exp(score - m), and the running weighted sum acc of values. When a
     new block raises the maximum from m to m', everything accumulated so far is rescaled by exp(m - m'), so at the
     end acc / l equals softmax(scores) v exactly (up to rounding). Key blocks entirely in a query block's future
-    are skipped.
+    are skipped. Every query sees key 0 (T_q <= T_k), so the first tile leaves no row at m = -inf. The running
+    sums stay in the input dtype; FlashAttention keeps them in float32 even for bf16 inputs.
     """
     T_q, T_k, d_h = q.shape[-2], k.shape[-2], q.shape[-1]
     shift = T_k - T_q                              # query i sits at absolute position i + shift
@@ -113,6 +115,9 @@ class KVCache:
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k, v (B, H_kv, T, d_h) after the cached positions; return all keys and values so far."""
         T = k.shape[-2]
+        if self.k is not None and (k.shape[:-2] != self.k.shape[:-2] or k.shape[-1] != self.k.shape[-1]):
+            raise ValueError(f"keys of shape {tuple(k.shape)} do not match the cache's (B, H_kv, ., d_h) = "
+                             f"{tuple(self.k.shape[:-2])} + (., {self.k.shape[-1]})")
         if self.length + T > self.max_len:
             raise ValueError(f"KV cache holds at most max_len={self.max_len} positions; "
                              f"{self.length} + {T} new ones do not fit")
@@ -175,7 +180,8 @@ class MultiHeadAttention(nn.Module):
         self.H, self.H_kv, self.mode, self.impl, self.rope = H, H_kv, qkv, impl, rope
         if rope:
             cos, sin = rope_coefficients(torch.arange(max_len), self.d_h, rope_theta)
-            # (max_len, d_h/2) tables, kept in float64 and cast at use; not saved with the weights
+            # (max_len, d_h/2) tables computed in float64; like any buffer they follow model.to(dtype) (float32 is
+            # accurate to ~1e-7; for bf16 training keep the weights in float32 and use autocast). Not saved.
             self.register_buffer("cos", cos, persistent=False)
             self.register_buffer("sin", sin, persistent=False)
 
@@ -226,11 +232,12 @@ class PagedKVCache:
 
     def append(self, seq: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store one position's key and value (each (H_kv, d_h)) at the end of sequence `seq`."""
-        table, n = self.tables.setdefault(seq, []), self.lengths.get(seq, 0)
+        table, n = self.tables.get(seq, []), self.lengths.get(seq, 0)
         if n == len(table) * self.block_size:   # the last block is full (or there is none yet)
             if not self.free:
                 raise RuntimeError("the paged KV cache is out of blocks")
             table.append(self.free.pop())
+        self.tables[seq] = table
         block, slot = table[n // self.block_size], n % self.block_size
         self.pool[block, 0, :, slot], self.pool[block, 1, :, slot] = k, v
         self.lengths[seq] = n + 1

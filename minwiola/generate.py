@@ -17,9 +17,9 @@ from .model import LanguageModel
 
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if temperature < 0:
+    if not temperature >= 0:                       # also refuses NaN
         raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if top_k is not None and top_k < 1:
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
@@ -33,8 +33,8 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
         return logits.argmax(-1)
     logits = logits.float() / temperature
     if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+        keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, logits.topk(top_k, dim=-1).indices, True)
+        logits = logits.masked_fill(~keep, float("-inf"))   # exactly k survive, even when scores tie
     if top_p is not None and top_p < 1:
         probs, order = torch.softmax(logits, -1).sort(-1, descending=True)
         before = probs.cumsum(-1) - probs             # probability mass strictly above each token
@@ -48,8 +48,13 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
 def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, seed: int = 0, use_cache: bool = True,
                  stop_id: int | None = None) -> torch.Tensor:
-    """Extend idx (B, T) by up to `max_new_tokens` sampled tokens; stops early when every row has made `stop_id`."""
+    """Extend idx (B, T) by up to `max_new_tokens` sampled tokens; stops early when every row has made `stop_id`
+    (rows that finish earlier keep sampling until then: cut them at their first `stop_id`)."""
     check_sampling(temperature, top_k, top_p)
+    if idx.dim() != 2 or idx.shape[1] < 1:
+        raise ValueError(f"the prompt idx must be (B, T) with T >= 1, got shape {tuple(idx.shape)}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     total = idx.shape[1] + max_new_tokens
     if total > model.config.context:
         raise ValueError(f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) = {total} exceeds "
@@ -59,6 +64,9 @@ def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, t
     generator = torch.Generator(device=idx.device).manual_seed(seed)
     cache = model.new_cache() if use_cache else None
     logits = model(idx, cache)[:, -1]
+    if max_new_tokens == 0:
+        model.train(was_training)
+        return idx
     done = torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
     for step in range(max_new_tokens):
         nxt = sample_next(logits, temperature, top_k, top_p, generator)

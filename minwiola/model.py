@@ -56,9 +56,14 @@ class ModelConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        for name in ("vocab_size", "context", "d", "n_layers", "n_heads"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
+        for name in ("vocab_size", "context", "d", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
+            value = getattr(self, name)
+            if value is None and name in ("n_kv_heads", "d_ff"):
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not self.rope_theta > 0:
+            raise ValueError(f"rope_theta must be > 0, got {self.rope_theta}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         H_kv = self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
@@ -165,7 +170,7 @@ class LanguageModel(nn.Module):
         """Raise ValueError unless idx is a (B, T) integer tensor of valid ids that fits the context."""
         cfg = self.config
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"idx must be a (B, T) int64 tensor of token ids, got "
+            raise ValueError(f"idx must be a (B, T) int64 (or int32) tensor of token ids, got "
                              f"{getattr(idx, 'dtype', type(idx).__name__)} of shape {tuple(getattr(idx, 'shape', ()))}")
         if start + idx.shape[1] > cfg.context:
             raise ValueError(f"sequence of {start + idx.shape[1]} tokens is longer than context={cfg.context}")
@@ -174,6 +179,8 @@ class LanguageModel(nn.Module):
                              f"[{int(idx.min())}, {int(idx.max())}]")
 
     def forward(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
+        if cache is not None and len(cache) != len(self.blocks):
+            raise ValueError(f"cache has {len(cache)} layers, the model {len(self.blocks)}: use model.new_cache()")
         start = cache[0].length if cache else 0
         self.check_ids(idx, start)
         x = self.embed(idx)

@@ -150,6 +150,8 @@ def test_kv_cache():
     assert ka.shape[-2] == 6
     with pytest.raises(ValueError, match="max_len=6"):
         cache.append(k[..., :1, :], v[..., :1, :])
+    with pytest.raises(ValueError, match="do not match the cache"):
+        cache.append(torch.randn(2, 2, 1, 3), torch.randn(2, 2, 1, 3))
 
 
 def test_bad_attention_settings():
@@ -184,3 +186,6 @@ def test_paged_cache_reads_back_what_a_contiguous_cache_holds():
         paged.append(3, torch.randn(2, 3), torch.randn(2, 3))
     with pytest.raises(RuntimeError, match="out of blocks"):
         paged.append(3, torch.randn(2, 3), torch.randn(2, 3))
+    with pytest.raises(RuntimeError, match="out of blocks"):   # a new sequence that cannot start
+        paged.append(99, torch.randn(2, 3), torch.randn(2, 3))
+    assert 99 not in paged.tables and paged.wasted_positions() >= 0   # and the cache is still consistent

@@ -121,6 +121,14 @@ def test_bad_configs_name_the_field():
         ModelConfig(n_heads=4, n_kv_heads=3)
     with pytest.raises(ValueError, match="dropout must be in"):
         ModelConfig(dropout=1.5)
+    with pytest.raises(ValueError, match="d_ff must be a positive int, got 0"):
+        ModelConfig(d_ff=0)
+    with pytest.raises(ValueError, match="n_layers must be a positive int, got True"):
+        ModelConfig(n_layers=True)
+    with pytest.raises(ValueError, match="n_kv_heads must be a positive int"):
+        ModelConfig(n_kv_heads=2.0)
+    with pytest.raises(ValueError, match="rope_theta must be > 0"):
+        ModelConfig(rope_theta=0)
 
 
 def test_bad_ids_name_the_problem():
@@ -131,14 +139,18 @@ def test_bad_ids_name_the_problem():
         model(torch.tensor([[1, 64]]))
     with pytest.raises(ValueError, match=r"token ids must be in"):
         model(torch.tensor([[-1, 3]]))
-    with pytest.raises(ValueError, match="must be a \\(B, T\\) int64 tensor"):
+    with pytest.raises(ValueError, match="must be a \\(B, T\\) int64 \\(or int32\\) tensor"):
         model(torch.zeros(1, 4))
-    with pytest.raises(ValueError, match="must be a \\(B, T\\) int64 tensor"):
+    with pytest.raises(ValueError, match="must be a \\(B, T\\) int64 \\(or int32\\) tensor"):
         model(torch.zeros(4, dtype=torch.long))
     cache = model.new_cache()
     model(torch.zeros(1, 30, dtype=torch.long), cache)
     with pytest.raises(ValueError, match="sequence of 33 tokens is longer than context=32"):
         model(torch.zeros(1, 3, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match="do not match the cache"):      # batch 2 into a batch-1 cache
+        model(torch.zeros(2, 1, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match="cache has 1 layers, the model 2"):
+        model(torch.zeros(1, 1, dtype=torch.long), cache[:1])
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -170,7 +182,10 @@ def test_sampling_rules():
     hot = np.bincount(sample_next(logits, temperature=5.0, generator=g).numpy(), minlength=4)
     cold = np.bincount(sample_next(logits, temperature=0.5, generator=g).numpy(), minlength=4)
     assert hot[0] > cold[0] and cold[3] > hot[3]                  # temperature flattens or sharpens
-    for bad, match in [(dict(temperature=-1), "temperature"), (dict(top_k=0), "top_k"), (dict(top_p=0), "top_p")]:
+    tie = torch.tensor([[1.0, 1.0, 1.0, 0.0]]).repeat(3000, 1)
+    assert len(set(sample_next(tie, top_k=2, generator=g).tolist())) == 2  # exactly k, even with ties
+    for bad, match in [(dict(temperature=-1), "temperature"), (dict(temperature=float("nan")), "temperature"),
+                       (dict(top_k=0), "top_k"), (dict(top_k=2.5), "top_k"), (dict(top_p=0), "top_p")]:
         with pytest.raises(ValueError, match=match):
             sample_next(logits, **bad)
 
@@ -184,3 +199,8 @@ def test_generate_text_is_reproducible_and_checks_length():
     assert a.startswith("Once upon a time")
     with pytest.raises(ValueError, match="exceeds context=64"):
         generate_ids(model, torch.zeros(1, 60, dtype=torch.long), 5)
+    with pytest.raises(ValueError, match="T >= 1"):
+        generate_ids(model, torch.zeros(1, 0, dtype=torch.long), 5)
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 0"):
+        generate_ids(model, torch.zeros(1, 3, dtype=torch.long), -1)
+    assert generate_ids(model, torch.zeros(1, 3, dtype=torch.long), 0).shape == (1, 3)
