@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .positions import rope_coefficients, rotate
+from .positions import rope_coefficients, rotate, srpe_coefficients
 
 IMPLS = ("explicit", "fused", "tiled")
 QKV = ("separate", "unified")
@@ -145,12 +145,14 @@ class MultiHeadAttention(nn.Module):
       differently.)
     qkv="unified" (Yocto): one W (d -> d) whose output splits into three bands of d/3, read as query, key and
       value; d_h = d / (3H); W_O maps the d/3 value band back to d. Needs H_kv = H.
-    positions="rope" rotates queries and keys by their absolute positions (RoPE; cached keys keep theirs).
+    positions="rope" rotates queries and keys by their absolute positions (RoPE); positions="srpe" uses Wiola's
+      spiral coefficients instead (eqs. 11-18, `srpe` = (k_s, a_s, f_s)); "none" adds no position here. Cached
+      keys keep the positions they were computed at.
     """
 
     def __init__(self, d: int, n_heads: int, n_kv_heads: int | None = None, qkv: str = "separate",
-                 rope: bool = True, bias: bool = False, max_len: int = 2048, rope_theta: float = 10000.0,
-                 impl: str = "fused"):
+                 positions: str = "rope", bias: bool = False, max_len: int = 2048, rope_theta: float = 10000.0,
+                 impl: str = "fused", srpe: tuple[float, float, float] = (8.0, 0.05, 1 / 16)):
         super().__init__()
         H = n_heads
         H_kv = n_kv_heads if n_kv_heads is not None else n_heads
@@ -158,6 +160,9 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"qkv must be one of {QKV}, got {qkv!r}")
         if impl not in IMPLS:
             raise ValueError(f"attention must be one of {IMPLS}, got {impl!r}")
+        if positions not in ("rope", "srpe", "none"):
+            raise ValueError(f"attention positions must be one of ('rope', 'srpe', 'none'), got {positions!r}")
+        rope = positions != "none"
         if H < 1 or H_kv < 1 or H % H_kv:
             raise ValueError(f"n_heads={H} must be a positive multiple of n_kv_heads={H_kv}")
         if qkv == "unified":
@@ -175,11 +180,15 @@ class MultiHeadAttention(nn.Module):
             self.k = nn.Linear(d, H_kv * self.d_h, bias=bias)
             self.v = nn.Linear(d, H_kv * self.d_h, bias=bias)
         if rope and self.d_h % 2:
-            raise ValueError(f"RoPE needs an even head width, got d_h={self.d_h}")
+            raise ValueError(f"rotary positions need an even head width, got d_h={self.d_h}")
         self.out = nn.Linear(H * self.d_h, d, bias=bias)
         self.H, self.H_kv, self.mode, self.impl, self.rope = H, H_kv, qkv, impl, rope
         if rope:
-            cos, sin = rope_coefficients(torch.arange(max_len), self.d_h, rope_theta)
+            p = torch.arange(max_len)
+            if positions == "srpe":
+                cos, sin = srpe_coefficients(p, self.d_h, rope_theta, *srpe)   # c, s of eqs. 15-16
+            else:
+                cos, sin = rope_coefficients(p, self.d_h, rope_theta)
             # (max_len, d_h/2) tables computed in float64; like any buffer they follow model.to(dtype) (float32 is
             # accurate to ~1e-7; for bf16 training keep the weights in float32 and use autocast). Not saved.
             self.register_buffer("cos", cos, persistent=False)

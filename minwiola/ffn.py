@@ -1,8 +1,15 @@
-"""Feed-forward layers: the GELU MLP of GPT-2 and the SwiGLU of LLaMA (lesson 03). DSFF comes in lesson 07.
+"""Feed-forward layers: the GELU MLP of GPT-2, the SwiGLU of LLaMA (lesson 03), and Wiola's DSFF (lesson 07).
 
     MLP(x)    = W2 act(W1 x + b1) + b2            act = GELU (or ReLU, SiLU); hidden width usually 4d
     SwiGLU(x) = W2 (SiLU(W1 x) * (W3 x))          three matrices, so its hidden width is 8d/3 for the same
                                                   parameters as a 4d MLP: 3 * d * (8d/3) = 2 * d * 4d
+
+DSFF (Wiola eqs. 34-37), in the row-vector form that makes the paper's printed shapes consistent (x is 1 x d):
+
+    a     = (SiLU(x G_A) * (x U_A)) D_A         U_A, G_A: d x d_A,  D_A: d_A x d      stream A, narrow SwiGLU
+    b     = GELU(x U_B) D_B                     U_B: d x d_B,       D_B: d_B x d      stream B, wide GELU MLP
+    alpha = sigmoid([a; b] W_f)                 W_f: 2d x d, initialised to 0 so alpha starts at 1/2
+    out   = alpha * a + (1 - alpha) * b
 """
 from __future__ import annotations
 
@@ -12,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-FFNS = ("gelu", "relu", "silu", "swiglu")
+FFNS = ("gelu", "relu", "silu", "swiglu", "dsff")
 ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu}
 
 
@@ -50,10 +57,37 @@ class SwiGLU(nn.Module):
         return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
-def make_ffn(kind: str, d: int, hidden: int, bias: bool) -> nn.Module:
-    """The feed-forward layer named by `kind`: "gelu", "relu" or "silu" (an MLP) or "swiglu"."""
+class DSFF(nn.Module):
+    """Dual-stream feed-forward (Wiola eqs. 34-37): a narrow SwiGLU and a wide GELU MLP, mixed per dimension by a
+    learned gate alpha = sigmoid(W_f [a; b]); (B, T, d) -> (B, T, d). `last_alpha` keeps the latest gate values."""
+
+    def __init__(self, d: int, d_A: int, d_B: int, bias: bool = False):
+        super().__init__()
+        self.stream_a = SwiGLU(d, d_A, bias)
+        self.stream_b = MLP(d, d_B, "gelu", bias)
+        self.fuse = nn.Linear(2 * d, d, bias=bias)     # W_f
+        self.last_alpha: torch.Tensor | None = None
+
+    def reset_gate(self) -> None:
+        """W_f = 0, so alpha = 1/2: the two streams are averaged (the paper's initialisation)."""
+        nn.init.zeros_(self.fuse.weight)
+        if self.fuse.bias is not None:
+            nn.init.zeros_(self.fuse.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.stream_a(x), self.stream_b(x)
+        alpha = torch.sigmoid(self.fuse(torch.cat([a, b], dim=-1)))
+        self.last_alpha = alpha.detach()
+        return alpha * a + (1 - alpha) * b
+
+
+def make_ffn(kind: str, d: int, hidden: int, bias: bool, hidden_a: int | None = None) -> nn.Module:
+    """The feed-forward layer named by `kind`: "gelu", "relu" or "silu" (an MLP), "swiglu", or "dsff" (then
+    `hidden` is the wide stream's d_B and `hidden_a` the narrow stream's d_A)."""
     if kind == "swiglu":
         return SwiGLU(d, hidden, bias)
+    if kind == "dsff":
+        return DSFF(d, hidden_a if hidden_a is not None else d, hidden, bias)
     if kind in ACTIVATIONS:
         return MLP(d, hidden, kind, bias)
     raise ValueError(f"ffn must be one of {FFNS}, got {kind!r}")

@@ -22,9 +22,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import IMPLS, QKV, KVCache, MultiHeadAttention
-from .ffn import FFNS, make_ffn, swiglu_hidden
+from .ffn import DSFF, FFNS, make_ffn, swiglu_hidden
 from .norm import NORMS, make_norm
-from .positions import POSITIONS, sinusoidal
+from .positions import POSITIONS, check_srpe, sinusoidal
 
 
 @dataclass
@@ -37,11 +37,16 @@ class ModelConfig:
     n_layers: int = 4               # L
     n_heads: int = 4                # H, query heads
     n_kv_heads: int | None = None   # H_kv, key/value heads; None means H (multi-head attention)
-    d_ff: int | None = None         # FFN hidden width; None: 4d for an MLP, 8d/3 rounded up to 8 for SwiGLU
-    ffn: str = "swiglu"             # "gelu", "relu", "silu" (an MLP) or "swiglu"
-    norm: str = "rmsnorm"           # "layernorm" or "rmsnorm"
+    d_ff: int | None = None         # FFN hidden width; None: 4d for an MLP, 8d/3 rounded up to 8 for SwiGLU, and
+                                    # for DSFF the wide GELU stream's d_B (None: 4d)
+    d_ff_a: int | None = None       # DSFF's narrow SwiGLU stream width d_A (None: d)
+    ffn: str = "swiglu"             # "gelu", "relu", "silu" (an MLP), "swiglu" or "dsff"
+    norm: str = "rmsnorm"           # "layernorm", "rmsnorm" or "wiola" (WiolaRMSNorm)
     norm_position: str = "pre"      # "pre" (norm inside the residual branch) or "post" (after the residual add)
-    positions: str = "rope"         # "rope", "learned", "sinusoidal" or "none"
+    positions: str = "rope"         # "rope", "srpe", "learned", "sinusoidal" or "none"
+    srpe_k: float = 8.0             # SRPE k_s (eq. 12); math.inf switches the secondary winding off
+    srpe_a: float = 0.05            # SRPE a_s (eq. 14), in [0, 1)
+    srpe_f: float = 1 / 16          # SRPE f_s (eq. 14)
     qkv: str = "separate"           # "separate" Q, K, V projections, or Yocto's "unified" one
     attn_bias: bool = False         # biases in the attention projections
     ffn_bias: bool = False          # biases in the feed-forward layers
@@ -56,14 +61,15 @@ class ModelConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        for name in ("vocab_size", "context", "d", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
+        for name in ("vocab_size", "context", "d", "n_layers", "n_heads", "n_kv_heads", "d_ff", "d_ff_a"):
             value = getattr(self, name)
-            if value is None and name in ("n_kv_heads", "d_ff"):
+            if value is None and name in ("n_kv_heads", "d_ff", "d_ff_a"):
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if not self.rope_theta > 0:
             raise ValueError(f"rope_theta must be > 0, got {self.rope_theta}")
+        check_srpe(self.srpe_k, self.srpe_a, self.srpe_f)
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         H_kv = self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
@@ -81,7 +87,7 @@ class ModelConfig:
         """The FFN hidden width actually used."""
         if self.d_ff is not None:
             return self.d_ff
-        return swiglu_hidden(self.d) if self.ffn == "swiglu" else 4 * self.d
+        return swiglu_hidden(self.d) if self.ffn == "swiglu" else 4 * self.d   # (for DSFF: d_B)
 
 
 PRESETS: dict[str, dict] = {
@@ -122,11 +128,12 @@ class Block(nn.Module):
         super().__init__()
         self.pre = cfg.norm_position == "pre"
         self.norm1 = make_norm(cfg.norm, cfg.d)
-        self.attn = MultiHeadAttention(cfg.d, cfg.n_heads, cfg.n_kv_heads, cfg.qkv, rope=cfg.positions == "rope",
+        rotary = cfg.positions if cfg.positions in ("rope", "srpe") else "none"
+        self.attn = MultiHeadAttention(cfg.d, cfg.n_heads, cfg.n_kv_heads, cfg.qkv, positions=rotary,
                                        bias=cfg.attn_bias, max_len=cfg.context, rope_theta=cfg.rope_theta,
-                                       impl=cfg.attention)
+                                       impl=cfg.attention, srpe=(cfg.srpe_k, cfg.srpe_a, cfg.srpe_f))
         self.norm2 = make_norm(cfg.norm, cfg.d)
-        self.ffn = make_ffn(cfg.ffn, cfg.d, cfg.hidden, cfg.ffn_bias)
+        self.ffn = make_ffn(cfg.ffn, cfg.d, cfg.hidden, cfg.ffn_bias, cfg.d_ff_a)
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
@@ -154,6 +161,9 @@ class LanguageModel(nn.Module):
         # post-norm blocks end in a norm already; pre-norm ones need a final norm before the head
         self.norm = make_norm(cfg.norm, cfg.d) if cfg.norm_position == "pre" else nn.Identity()
         self.apply(self._init)
+        for module in self.modules():
+            if isinstance(module, DSFF):
+                module.reset_gate()          # the gate starts at alpha = 1/2 (Wiola's W_f = 0)
 
     def _init(self, module: nn.Module) -> None:
         std = self.config.init_std

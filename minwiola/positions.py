@@ -12,13 +12,21 @@ Shapes: T tokens, model width d, head width d_h (the width of one attention head
       y_j         = x_j cos(p w_j) - x_{j+d_h/2} sin(p w_j)
       y_{j+d_h/2} = x_j sin(p w_j) + x_{j+d_h/2} cos(p w_j)
 
-  SRPE (Wiola eqs. 12-19) changes the coefficients (cos, sin) and is added in lesson 06.
+* SRPE (Wiola eqs. 12-18, lesson 06) keeps that rotation but changes its coefficients:
+
+      Theta_j(p) = p w_j (1 + 1/k_s)            (eqs. 12-13: the two "windings" add into one angle)
+      r_j(p)     = 1 + a_s sin(p f_s w_j)       (eq. 14: a radius that depends on absolute position)
+      c_j(p) = r_j(p) cos Theta_j(p),  s_j(p) = r_j(p) sin Theta_j(p)     (eqs. 15-16)
+
+  So SRPE is RoPE with every frequency scaled by (1 + 1/k_s), times a per-pair radius. With a_s = 0 and the
+  secondary winding off (k_s = inf, i.e. 1/k_s = 0) it is RoPE exactly. a_s must be below 1, or the radius
+  reaches zero (the pair is erased) or turns negative (the pair is flipped).
 """
 from __future__ import annotations
 
 import torch
 
-POSITIONS = ("learned", "sinusoidal", "rope", "none")
+POSITIONS = ("learned", "sinusoidal", "rope", "srpe", "none")
 
 
 def sinusoidal(T: int, d: int, base: float = 10000.0, dtype=torch.float32) -> torch.Tensor:
@@ -43,6 +51,35 @@ def rope_coefficients(p: torch.Tensor, d_h: int, theta0: float = 10000.0) -> tup
     """(cos, sin) of the angles p * w_j for positions p (1-D), each of shape (len(p), d_h // 2), float64."""
     angles = p.to(torch.float64)[:, None] * rope_frequencies(d_h, theta0)
     return torch.cos(angles), torch.sin(angles)
+
+
+def check_srpe(k_s: float, a_s: float, f_s: float) -> None:
+    """Raise ValueError unless k_s > 0 (inf switches the secondary winding off), 0 <= a_s < 1 and f_s >= 0."""
+    if not k_s > 0:
+        raise ValueError(f"srpe k_s must be > 0 (inf turns the secondary winding off), got {k_s}")
+    if not 0 <= a_s < 1:
+        raise ValueError(f"srpe a_s must be in [0, 1): at a_s >= 1 the radius 1 + a_s sin(.) reaches 0, got {a_s}")
+    if not f_s >= 0:
+        raise ValueError(f"srpe f_s must be >= 0, got {f_s}")
+
+
+def srpe_coefficients(p: torch.Tensor, d_h: int, theta0: float = 10000.0, k_s: float = 8.0, a_s: float = 0.05,
+                      f_s: float = 1 / 16) -> tuple[torch.Tensor, torch.Tensor]:
+    """(c, s) of Wiola eqs. 15-16 for positions p (1-D): each (len(p), d_h // 2), float64."""
+    check_srpe(k_s, a_s, f_s)
+    w = rope_frequencies(d_h, theta0)                               # eq. 11
+    p = p.to(torch.float64)[:, None]
+    theta = p * w * (1 + 1 / k_s)                                   # eqs. 12-13 (1 / inf = 0)
+    r = 1 + a_s * torch.sin(p * f_s * w)                            # eq. 14
+    return r * torch.cos(theta), r * torch.sin(theta)               # eqs. 15-16
+
+
+def srpe_helix(p: torch.Tensor, j: int, d_h: int, theta0: float = 10000.0, k_s: float = 8.0, a_s: float = 0.05,
+               f_s: float = 1 / 16) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The curve pair j traces: (c_j(p), s_j(p), p). Lifted along p it looks like a helix; seen from above
+    it is a planar curve whose radius r_j(p) oscillates (lesson 06)."""
+    c, s = srpe_coefficients(p, d_h, theta0, k_s, a_s, f_s)
+    return c[:, j], s[:, j], p.to(torch.float64)
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

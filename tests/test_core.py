@@ -118,8 +118,8 @@ def test_mha_gqa_mqa_shapes_and_parameters(H, H_kv):
 
 def test_gqa_equals_mha_with_copied_heads():
     d, H = 16, 4
-    gqa = MultiHeadAttention(d, H, 2, rope=False)
-    mha = MultiHeadAttention(d, H, H, rope=False)
+    gqa = MultiHeadAttention(d, H, 2, positions="none")
+    mha = MultiHeadAttention(d, H, H, positions="none")
     with torch.no_grad():
         mha.q.weight.copy_(gqa.q.weight); mha.out.weight.copy_(gqa.out.weight)
         # key/value head g serves query heads 2g and 2g+1: give MHA the same head twice
@@ -131,7 +131,7 @@ def test_gqa_equals_mha_with_copied_heads():
 
 def test_unified_projection_bands():
     d, H = 24, 2
-    att = MultiHeadAttention(d, H, qkv="unified", rope=False)
+    att = MultiHeadAttention(d, H, qkv="unified", positions="none")
     assert att.d_h == 4 and sum(p.numel() for p in att.parameters()) == d * d + (d // 3) * d
     x = torch.randn(1, 5, d)
     q, k, v = att.project(x)

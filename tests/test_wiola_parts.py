@@ -1,0 +1,195 @@
+"""Wiola part I: WiolaRMSNorm (eqs. 8-10), SRPE (eqs. 11-19), DSFF (eqs. 34-37)."""
+import math
+
+import pytest
+import torch
+
+from minwiola.ffn import DSFF
+from minwiola.model import LanguageModel, ModelConfig, preset
+from minwiola.norm import RMSNorm, WiolaRMSNorm, WiolaRMSNormFunction, paper_eq10_delta_grad
+from minwiola.positions import rope_coefficients, rotate, srpe_coefficients, srpe_helix
+
+
+@pytest.fixture(autouse=True)
+def float64_and_seed():
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    torch.manual_seed(0)
+    yield
+    torch.set_default_dtype(old)
+
+
+def plain_wiola(x, gamma, delta, eps=1e-6):
+    """Eq. 9 written with ordinary autograd operations: the reference for the hand-written backward."""
+    z = x + delta
+    return gamma * z / torch.sqrt(z.pow(2).mean(-1, keepdim=True) + eps)
+
+
+# ---------------------------------------------------------------------------------------------------- norm
+
+def test_parameters_are_gamma_and_delta_and_zero_delta_is_rmsnorm():
+    norm = WiolaRMSNorm(16)
+    assert [n for n, _ in norm.named_parameters()] == ["gamma", "delta"]
+    rms = RMSNorm(16)
+    with torch.no_grad():
+        norm.gamma.normal_()
+        rms.weight.copy_(norm.gamma)
+    x = torch.randn(3, 5, 16)
+    assert torch.equal(norm(x), rms(x)) or torch.allclose(norm(x), rms(x), atol=1e-15)
+
+
+def test_hand_written_backward_passes_gradcheck():
+    x = torch.randn(2, 3, 8, requires_grad=True)
+    gamma = (1 + 0.5 * torch.randn(8)).requires_grad_()
+    delta = (0.3 * torch.randn(8)).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b, c: WiolaRMSNormFunction.apply(a, b, c, 1e-6), (x, gamma, delta))
+
+
+def test_backward_matches_autograd_of_the_formula():
+    x = torch.randn(4, 7, 16)
+    gamma, delta = 1 + 0.5 * torch.randn(16), 0.3 * torch.randn(16)
+    g = torch.randn(4, 7, 16)
+    ours = [t.clone().requires_grad_() for t in (x, gamma, delta)]
+    (WiolaRMSNormFunction.apply(*ours, 1e-6) * g).sum().backward()
+    ref = [t.clone().requires_grad_() for t in (x, gamma, delta)]
+    (plain_wiola(*ref) * g).sum().backward()
+    for a, b in zip(ours, ref):
+        assert torch.allclose(a.grad, b.grad, atol=1e-12)
+    assert torch.allclose(ours[2].grad, ours[0].grad.sum((0, 1)), atol=1e-12)   # delta's gradient: sum over tokens
+
+
+def test_paper_eq10_is_right_only_when_gamma_is_one():
+    x, delta, g = torch.randn(37, 64), 0.3 * torch.randn(64), torch.randn(37, 64)
+    for gamma, should_match in [(torch.ones(64), True), (1 + 0.5 * torch.randn(64), False),
+                                (torch.full((64,), 2.0), False)]:
+        d = delta.clone().requires_grad_()
+        (plain_wiola(x, gamma, d) * g).sum().backward()
+        paper = paper_eq10_delta_grad(x, gamma, delta, g)
+        gap = (paper - d.grad).abs().max().item()
+        assert (gap < 1e-12) == should_match, (gamma[:3], gap)
+        if not should_match:
+            assert gap > 0.05 * d.grad.abs().max().item()
+
+
+def test_a_large_delta_makes_outputs_alike():
+    x = torch.randn(256, 32)
+    direction = torch.randn(32)
+
+    def mean_cosine(y):
+        y = torch.nn.functional.normalize(y, dim=-1)
+        sim = y @ y.T
+        return ((sim.sum() - sim.diagonal().sum()) / (len(y) * (len(y) - 1))).item()
+
+    cosines = []
+    for scale in (0.0, 1.0, 4.0, 16.0):
+        norm = WiolaRMSNorm(32)
+        with torch.no_grad():
+            norm.delta.copy_(direction / direction.norm() * x.norm(dim=-1).mean() * scale)
+        cosines.append(mean_cosine(norm(x)))
+    assert abs(cosines[0]) < 0.02 and all(a < b for a, b in zip(cosines, cosines[1:])) and cosines[-1] > 0.99
+
+
+# ---------------------------------------------------------------------------------------------------- SRPE
+
+def test_srpe_shapes_and_rope_limit():
+    p = torch.arange(100)
+    c, s = srpe_coefficients(p, 16)
+    assert c.shape == s.shape == (100, 8)
+    c0, s0 = srpe_coefficients(p, 16, k_s=math.inf, a_s=0.0)
+    rc, rs = rope_coefficients(p, 16)
+    assert torch.equal(c0, rc) and torch.equal(s0, rs)                 # a_s = 0, no secondary winding: RoPE
+
+
+def test_srpe_is_scaled_rope_times_a_radius():
+    p, d_h, k_s, a_s, f_s = torch.arange(2048), 32, 8.0, 0.1, 1 / 16
+    c, s = srpe_coefficients(p, d_h, k_s=k_s, a_s=a_s, f_s=f_s)
+    rc, rs = rope_coefficients(p * (1 + 1 / k_s), d_h)               # RoPE at positions stretched by 1 + 1/k_s
+    w = 10000.0 ** (-2 * torch.arange(d_h // 2) / d_h)
+    r = 1 + a_s * torch.sin(p[:, None] * f_s * w)
+    assert torch.allclose(c, r * rc, atol=1e-11) and torch.allclose(s, r * rs, atol=1e-11)
+    x, y, z = srpe_helix(p, 0, d_h, k_s=k_s, a_s=a_s, f_s=f_s)
+    assert torch.allclose(torch.sqrt(x**2 + y**2), r[:, 0]) and torch.equal(z, p.double())
+
+
+def test_srpe_score_moves_with_absolute_position_and_norms_change():
+    d_h = 32
+    q, k = torch.randn(d_h), torch.randn(d_h)
+    for a_s, should_move in [(0.0, False), (0.05, True)]:
+        c, s = srpe_coefficients(torch.arange(600), d_h, a_s=a_s)
+        rq, rk = rotate(q.expand(600, d_h), c, s), rotate(k.expand(600, d_h), c, s)
+        scores = (rq[5:] * rk[:-5]).sum(-1)                            # fixed offset 5, moving start
+        assert ((scores.max() - scores.min()) > 1e-3) == should_move
+        norms = rq.norm(dim=-1) / q.norm()
+        assert ((norms.max() - norms.min()) > 1e-3) == should_move
+
+
+def test_srpe_settings_are_validated():
+    for kwargs, match in [(dict(a_s=1.0), "a_s must be in"), (dict(a_s=-0.1), "a_s must be in"),
+                          (dict(k_s=0.0), "k_s must be > 0"), (dict(f_s=-1.0), "f_s must be >= 0")]:
+        with pytest.raises(ValueError, match=match):
+            srpe_coefficients(torch.arange(3), 8, **kwargs)
+    with pytest.raises(ValueError, match="a_s must be in"):
+        ModelConfig(positions="srpe", srpe_a=1.5)
+
+
+# ---------------------------------------------------------------------------------------------------- DSFF
+
+def test_dsff_starts_as_an_average_and_its_gate_can_learn():
+    ffn = DSFF(16, 8, 32)
+    ffn.reset_gate()
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    out = ffn(x)
+    assert torch.allclose(ffn.last_alpha, torch.full_like(ffn.last_alpha, 0.5))
+    assert torch.allclose(out, (ffn.stream_a(x) + ffn.stream_b(x)) / 2, atol=1e-14)
+    (out ** 2).sum().backward()
+    assert ffn.fuse.weight.grad.abs().max() > 1e-3                      # W_f = 0 is not a dead point
+
+
+def test_dsff_parameters():
+    d, d_A, d_B = 16, 8, 32
+    ffn = DSFF(d, d_A, d_B)
+    assert sum(p.numel() for p in ffn.parameters()) == 3 * d * d_A + 2 * d * d_B + 2 * d * d
+
+
+# ------------------------------------------------------------------------------------------- in a model
+
+WIOLA_PART_ONE = dict(norm="wiola", positions="srpe", ffn="dsff", d_ff=48, d_ff_a=16)
+
+
+def test_model_with_the_three_parts_is_causal_and_cacheable():
+    torch.manual_seed(0)
+    model = LanguageModel(preset("tiny-llama", init_std=0.3, **WIOLA_PART_ONE)).double().eval()
+    with torch.no_grad():                                                # make the new parameters matter too
+        for name, p in model.named_parameters():
+            if name.endswith(("delta", "fuse.weight")):
+                p.normal_(0, 0.3)
+    x = torch.randint(0, 64, (2, 20))
+    y = x.clone()
+    y[:, -1] = (y[:, -1] + 1) % 64
+    full = model(x)
+    assert torch.equal(model(y)[:, :-1], full[:, :-1])
+    cache = model.new_cache()
+    steps = torch.cat([model(x[:, t:t + 1], cache) for t in range(20)], dim=1)
+    assert (steps - full).abs().max() < 1e-10
+    cache = model.new_cache()
+    chunks = torch.cat([model(x[:, :7], cache), model(x[:, 7:], cache)], dim=1)
+    assert (chunks - full).abs().max() < 1e-10
+
+
+def test_dsff_mixes_with_alpha_and_one_minus_alpha():
+    ffn = DSFF(16, 8, 32)
+    with torch.no_grad():
+        ffn.fuse.weight.normal_()
+    x = torch.randn(3, 16)
+    a, b = ffn.stream_a(x), ffn.stream_b(x)
+    alpha = torch.sigmoid(ffn.fuse(torch.cat([a, b], -1)))
+    assert not torch.allclose(alpha, torch.full_like(alpha, 0.5))
+    assert torch.allclose(ffn(x), alpha * a + (1 - alpha) * b, atol=1e-14)
+
+
+def test_model_starts_dsff_gates_at_one_half_and_uses_srpe():
+    model = LanguageModel(preset("tiny-llama", **WIOLA_PART_ONE))
+    assert all(torch.equal(b.ffn.fuse.weight, torch.zeros_like(b.ffn.fuse.weight)) for b in model.blocks)
+    attn = model.blocks[0].attn
+    c, s = srpe_coefficients(torch.arange(model.config.context), attn.d_h)
+    assert torch.allclose(attn.cos.double(), c) and torch.allclose(attn.sin.double(), s)
