@@ -12,14 +12,7 @@ from minwiola.positions import rope_coefficients, rope_frequencies, rotate, sinu
 
 
 
-@pytest.fixture(autouse=True)
-def float64_and_seed():
-    """Every test here runs in float64 with a fixed seed (restored afterwards)."""
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    torch.manual_seed(0)
-    yield
-    torch.set_default_dtype(old)
+pytestmark = pytest.mark.usefixtures("float64")   # every test here runs in float64 (tests/conftest.py)
 
 
 def test_norms_match_torch():

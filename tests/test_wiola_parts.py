@@ -10,13 +10,7 @@ from minwiola.norm import RMSNorm, WiolaRMSNorm, WiolaRMSNormFunction, paper_eq1
 from minwiola.positions import rope_coefficients, rotate, srpe_coefficients, srpe_helix
 
 
-@pytest.fixture(autouse=True)
-def float64_and_seed():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    torch.manual_seed(0)
-    yield
-    torch.set_default_dtype(old)
+pytestmark = pytest.mark.usefixtures("float64")   # every test here runs in float64 (tests/conftest.py)
 
 
 def plain_wiola(x, gamma, delta, eps=1e-6):
