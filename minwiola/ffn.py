@@ -67,6 +67,7 @@ class DSFF(nn.Module):
         self.stream_b = MLP(d, d_B, "gelu", bias)
         self.fuse = nn.Linear(2 * d, d, bias=bias)     # W_f
         self.last_alpha: torch.Tensor | None = None
+        self.reset_gate()
 
     def reset_gate(self) -> None:
         """W_f = 0, so alpha = 1/2: the two streams are averaged (the paper's initialisation)."""

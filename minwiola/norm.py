@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 NORMS = ("layernorm", "rmsnorm", "wiola")
 
@@ -66,20 +67,22 @@ class WiolaRMSNormFunction(torch.autograd.Function):
         return gamma * z / r
 
     @staticmethod
+    @once_differentiable   # the hand-written backward is not itself differentiable: say so rather than be wrong
     def backward(ctx, g):
         z, r, gamma = ctx.saved_tensors
         d = z.shape[-1]
         gz = gamma * g
         dz = (gz - z * (gz * z).sum(-1, keepdim=True) / (d * r**2)) / r
-        tokens = tuple(range(z.dim() - 1))                     # delta and gamma are shared by every token
-        return dz, (g * z / r).sum(tokens), dz.sum(tokens), None
+        # delta and gamma are shared by every token: their gradients are sums over all tokens
+        return dz, (g * z / r).reshape(-1, d).sum(0), dz.reshape(-1, d).sum(0), None
 
 
 class WiolaRMSNorm(nn.Module):
     """WiolaRMSNorm (Wiola eq. 9): `gamma * (x + delta) / RMS(x + delta)`, eps inside the root.
 
-    `gamma` starts at ones and `delta` at zeros, so at initialisation it is exactly RMSNorm (tested). Neither is
-    weight-decayed by minwiola's trainer: decay would pull gamma toward 0 and delta toward plain RMSNorm.
+    `gamma` starts at ones and `delta` at zeros, so at initialisation it is exactly RMSNorm (tested). Neither should
+    be weight-decayed (decay pulls gamma toward 0 and delta toward plain RMSNorm); minwiola's trainer (issue 7) is
+    to exclude them. Second derivatives are not supported (the backward is hand-written).
     """
 
     def __init__(self, d: int, eps: float = 1e-6):

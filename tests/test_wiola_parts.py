@@ -52,6 +52,17 @@ def test_backward_matches_autograd_of_the_formula():
     assert torch.allclose(ours[2].grad, ours[0].grad.sum((0, 1)), atol=1e-12)   # delta's gradient: sum over tokens
 
 
+def test_one_token_input_and_no_silent_second_derivatives():
+    norm = WiolaRMSNorm(8)
+    x = torch.randn(8, requires_grad=True)
+    norm(x).sum().backward()                                               # a single (d,) vector works
+    assert x.grad.shape == (8,) and norm.delta.grad.shape == (8,)
+    x = torch.randn(3, 8, requires_grad=True)
+    (grad,) = torch.autograd.grad(norm(x).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError):
+        grad.sum().backward()                                              # refused, not silently zero
+
+
 def test_paper_eq10_is_right_only_when_gamma_is_one():
     x, delta, g = torch.randn(37, 64), 0.3 * torch.randn(64), torch.randn(37, 64)
     for gamma, should_match in [(torch.ones(64), True), (1 + 0.5 * torch.randn(64), False),
@@ -137,6 +148,10 @@ def test_dsff_starts_as_an_average_and_its_gate_can_learn():
     assert torch.allclose(out, (ffn.stream_a(x) + ffn.stream_b(x)) / 2, atol=1e-14)
     (out ** 2).sum().backward()
     assert ffn.fuse.weight.grad.abs().max() > 1e-3                      # W_f = 0 is not a dead point
+
+
+def test_a_new_dsff_has_a_zero_gate():
+    assert torch.equal(DSFF(8, 4, 12).fuse.weight, torch.zeros(8, 16))
 
 
 def test_dsff_parameters():
