@@ -111,6 +111,7 @@ class KVCache:
         self.length = 0
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
+        self.input_sum: torch.Tensor | None = None   # GCLA: running sum of the layer's input (gcla.summarize)
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k, v (B, H_kv, T, d_h) after the cached positions; return all keys and values so far."""
@@ -204,22 +205,47 @@ class MultiHeadAttention(nn.Module):
         heads = lambda t, n: t.view(B, T, n, self.d_h).transpose(1, 2)  # noqa: E731
         return heads(q, self.H), heads(k, self.H_kv), heads(v, self.H_kv)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        B, T, _ = x.shape
+    def coefficients(self, start: int, T: int, positions: torch.Tensor | None = None):
+        """cos, sin for positions start .. start + T - 1, (T, d_h/2); or, when `positions` (B, T) is given (ATM's
+        merged tokens keep their original positions), for those positions, (B, 1, T, d_h/2)."""
+        if positions is not None:
+            if positions.numel() and positions.max() >= self.cos.shape[0]:
+                raise ValueError(f"positions up to {int(positions.max()) + 1} exceed max_len={self.cos.shape[0]}")
+            return self.cos[positions][:, None], self.sin[positions][:, None]
+        if start + T > self.cos.shape[0]:
+            raise ValueError(f"positions up to {start + T} exceed max_len={self.cos.shape[0]}")
+        return self.cos[start:start + T], self.sin[start:start + T]
+
+    def attend(self, x: torch.Tensor, cache: KVCache | None = None, positions: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The heads' outputs O_h (B, H, T, d_h) before W_O, with the queries before and after rotation.
+
+        Positions are start .. start + T - 1 where start is the cache's length, unless `positions` (B, T) says
+        otherwise (only without a cache: the cache stores keys in sequence order)."""
+        if positions is not None and cache is not None:
+            raise ValueError("explicit positions (token merging) cannot be used with a KV cache")
+        T = x.shape[1]
         q, k, v = self.project(x)
-        start = cache.length if cache is not None else 0
+        q_plain = q
         if self.rope:
-            if start + T > self.cos.shape[0]:
-                raise ValueError(f"positions up to {start + T} exceed max_len={self.cos.shape[0]}")
-            cos, sin = self.cos[start:start + T], self.sin[start:start + T]
+            cos, sin = self.coefficients(cache.length if cache is not None else 0, T, positions)
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if cache is not None:
             k, v = cache.append(k, v)
         if self.H_kv != self.H:                       # GQA / MQA: each key/value head serves a group of queries
             k = k.repeat_interleave(self.H // self.H_kv, dim=1)
             v = v.repeat_interleave(self.H // self.H_kv, dim=1)
-        o = ATTENTION[self.impl](q, k, v, causal=True)
-        return self.out(o.transpose(1, 2).reshape(B, T, self.H * self.d_h))
+        return ATTENTION[self.impl](q, k, v, causal=True), q_plain, q
+
+    def merge_heads(self, o: torch.Tensor) -> torch.Tensor:
+        """(B, H, T, d_h) -> (B, T, H d_h): the heads side by side, [O_1; ...; O_H]."""
+        B, _, T, _ = o.shape
+        return o.transpose(1, 2).reshape(B, T, self.H * self.d_h)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, positions: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        o, _, _ = self.attend(x, cache, positions)
+        return self.out(self.merge_heads(o))
 
 
 class PagedKVCache:

@@ -21,8 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import atm
 from .attention import IMPLS, QKV, KVCache, MultiHeadAttention
 from .ffn import DSFF, FFNS, make_ffn, swiglu_hidden
+from .gcla import GCLA, QUERIES, SUMMARIES, layer_contexts, summarize
 from .norm import NORMS, make_norm
 from .positions import POSITIONS, check_srpe, sinusoidal
 
@@ -54,10 +56,18 @@ class ModelConfig:
     dropout: float = 0.0            # on embeddings and on each residual branch, during training only
     attention: str = "fused"        # "explicit", "fused" or "tiled": the same math, different kernels
     init_std: float = 0.02          # std of the normal initialisation of weights
+    gcla: str = "off"               # Gated Cross-Layer Attention: "off", "causal" (prefix-mean summaries) or
+                                    # "literal" (eq. 20's mean over the whole sequence: leaks the future)
+    gcla_query: str = "plain"       # GCLA context query before rotation ("plain") or after it ("rotated", eq. 26)
+    gcla_phi: float = -3.0          # initial blend logit phi, beta = sigmoid(phi) (eq. 27)
+    atm: str = "off"                # Adaptive Token Merging in the middle third of the layers, during training:
+                                    # "off", "copy-forward" (causal) or "literal" (Algorithm 1: leaks the future)
+    atm_tau: float = 0.92           # ATM's cosine threshold tau
 
     def __post_init__(self):
         choices = {"ffn": FFNS, "norm": NORMS, "norm_position": ("pre", "post"), "positions": POSITIONS,
-                   "qkv": QKV, "attention": IMPLS}
+                   "qkv": QKV, "attention": IMPLS, "gcla": ("off", *SUMMARIES), "gcla_query": QUERIES,
+                   "atm": ("off", *atm.KINDS)}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -79,6 +89,14 @@ class ModelConfig:
         if self.d % width:
             raise ValueError(f"d={self.d} must be divisible by {'3 * ' if self.qkv == 'unified' else ''}"
                              f"n_heads = {width}")
+        if self.gcla != "off" and self.qkv != "separate":
+            raise ValueError("gcla needs qkv='separate' (its context keys are grouped like the self-attention's)")
+        if self.atm != "off" and self.norm_position != "pre":
+            raise ValueError("atm needs norm_position='pre' (it merges the normed input of the attention branch)")
+        if not -1.0 <= self.atm_tau <= 1.0:
+            raise ValueError(f"atm_tau is a cosine threshold in [-1, 1], got {self.atm_tau}")
+        if not math.isfinite(self.gcla_phi):
+            raise ValueError(f"gcla_phi must be finite, got {self.gcla_phi}")
         if self.positions == "sinusoidal" and self.d % 2:
             raise ValueError(f"positions='sinusoidal' needs an even d, got {self.d}")
 
@@ -122,25 +140,51 @@ def preset(name: str, **overrides) -> ModelConfig:
 
 
 class Block(nn.Module):
-    """One decoder block: attention then feed-forward, each in a residual branch with its norm."""
+    """One decoder block: attention then feed-forward, each in a residual branch with its norm.
 
-    def __init__(self, cfg: ModelConfig):
+    With GCLA the attention also reads the cross-layer `context`; with ATM (`merges=True`, in training only) the
+    attention runs on merged tokens and its output is unmerged before the residual add (Wiola: between eqs. 1-2).
+    """
+
+    def __init__(self, cfg: ModelConfig, merges: bool = False):
         super().__init__()
         self.pre = cfg.norm_position == "pre"
         self.norm1 = make_norm(cfg.norm, cfg.d)
         rotary = cfg.positions if cfg.positions in ("rope", "srpe") else "none"
-        self.attn = MultiHeadAttention(cfg.d, cfg.n_heads, cfg.n_kv_heads, cfg.qkv, positions=rotary,
-                                       bias=cfg.attn_bias, max_len=cfg.context, rope_theta=cfg.rope_theta,
-                                       impl=cfg.attention, srpe=(cfg.srpe_k, cfg.srpe_a, cfg.srpe_f))
+        options = dict(positions=rotary, bias=cfg.attn_bias, max_len=cfg.context, rope_theta=cfg.rope_theta,
+                       impl=cfg.attention, srpe=(cfg.srpe_k, cfg.srpe_a, cfg.srpe_f))
+        if cfg.gcla != "off":
+            self.attn = GCLA(cfg.d, cfg.n_heads, cfg.n_kv_heads, cfg.gcla_query, cfg.gcla_phi, **options)
+        else:
+            self.attn = MultiHeadAttention(cfg.d, cfg.n_heads, cfg.n_kv_heads, cfg.qkv, **options)
         self.norm2 = make_norm(cfg.norm, cfg.d)
         self.ffn = make_ffn(cfg.ffn, cfg.d, cfg.hidden, cfg.ffn_bias, cfg.d_ff_a)
         self.drop = nn.Dropout(cfg.dropout)
+        self.merge_kind = cfg.atm if merges else None
+        self.tau = cfg.atm_tau
+        self.last_slot: torch.Tensor | None = None      # the last merge plan (B, T), for lessons and logs
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def attention(self, h: torch.Tensor, cache: KVCache | None, context: torch.Tensor | None) -> torch.Tensor:
+        """The attention branch on the normed input h, with token merging when this layer merges and trains."""
+        extra = () if context is None else (context,)
+        if self.merge_kind is None or not self.training:
+            return self.attn(h, *extra, cache=cache)
+        if cache is not None:
+            raise ValueError("token merging runs in training only; decode with model.eval()")
+        with torch.no_grad():                               # a discrete decision: no gradient flows through it
+            slot = atm.merge_plan(atm.similarity(h), self.tau)
+        self.last_slot = slot
+        merged, positions = atm.merge(h, slot, self.merge_kind)
+        if context is not None and context.shape[1] > 1:    # per-position summaries follow each slot's first token
+            extra = (atm.gather_tokens(context, positions),)
+        return atm.unmerge(self.attn(merged, *extra, positions=positions), slot)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, context: torch.Tensor | None = None
+                ) -> torch.Tensor:
         if self.pre:
-            x = x + self.drop(self.attn(self.norm1(x), cache))
+            x = x + self.drop(self.attention(self.norm1(x), cache, context))
             return x + self.drop(self.ffn(self.norm2(x)))
-        x = self.norm1(x + self.drop(self.attn(x, cache)))
+        x = self.norm1(x + self.drop(self.attention(x, cache, context)))
         return self.norm2(x + self.drop(self.ffn(x)))
 
 
@@ -157,7 +201,8 @@ class LanguageModel(nn.Module):
         elif cfg.positions == "sinusoidal":
             self.register_buffer("pos_table", sinusoidal(cfg.context, cfg.d), persistent=False)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        merging = atm.atm_layers(cfg.n_layers) if cfg.atm != "off" else range(0)
+        self.blocks = nn.ModuleList(Block(cfg, merges=i in merging) for i in range(cfg.n_layers))
         # post-norm blocks end in a norm already; pre-norm ones need a final norm before the head
         self.norm = make_norm(cfg.norm, cfg.d) if cfg.norm_position == "pre" else nn.Identity()
         self.apply(self._init)
@@ -199,8 +244,14 @@ class LanguageModel(nn.Module):
         elif self.config.positions == "sinusoidal":
             x = x + self.pos_table[start:start + idx.shape[1]].to(x.dtype)
         x = self.drop(x)
+        previous = None                                     # GCLA: the summary of the previous layer's input
         for i, block in enumerate(self.blocks):
-            x = block(x, cache[i] if cache else None)
+            layer_cache = cache[i] if cache else None
+            context = None
+            if self.config.gcla != "off":
+                current = summarize(x, self.config.gcla, layer_cache)           # eq. 20 (or its causal form)
+                context, previous = layer_contexts(previous, current), current  # eq. 21
+            x = block(x, layer_cache, context)
         return self.norm(x) @ self.embed.weight.T          # tied head (Wiola eq. 7)
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

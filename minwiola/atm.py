@@ -1,0 +1,130 @@
+"""Adaptive Token Merging, ATM (lesson 09; Wiola eqs. 30-33 and Algorithm 1).
+
+In the middle third of the layers, during training, adjacent tokens whose (normed) hidden states point the same
+way are merged before attention, so attention runs on T' < T tokens, and its output is copied back to full length:
+
+    rho_t  = x_t . x_{t+1} / (|x_t| |x_{t+1}|)                      cosine of neighbours      eq. 30
+    pairs  : scan left to right; if rho_t > tau, merge (t, t+1) and jump to t+2               Algorithm 1
+    x'_k   = (x_t + x_{t+1}) / 2 for a merged pair                                            eq. 31
+    x_hat_t = x_hat'_k for every t in group G_k (unmerge, back to length T)                   eq. 32
+    saving of the T^2 attention core: 1 - (1 - mu)^2 = mu (2 - mu),  mu = 1 - T'/T              eq. 33
+
+Taken literally this leaks the future into a causal model twice: the averaged slot carries x_{t+1} into position
+t's query, key and value, and the decision rho_t itself reads x_{t+1}. Two kinds here:
+
+* kind="literal": Algorithm 1 and eqs. 31-32 as printed.
+* kind="copy-forward" (the default): a merged pair's slot holds x_t alone; the later token t+1 adds no key or
+  value and reuses slot t's attention output. rho_t then only decides what t+1 gets, so position t never depends
+  on anything after it. t+1's own content still reaches the next layers through the residual stream.
+
+In both, a slot keeps the original position of its first member for RoPE/SRPE, so relative offsets between tokens
+do not shift by the number of merges before them.
+
+A merge plan is `slot` (B, T): the slot each token belongs to (0, 1, ... in order; the two tokens of a pair share
+one). Sequences of a batch merge differently; shorter ones are padded at the end to the longest T', and padding
+slots sit after every real slot, so a causal mask already keeps real queries from seeing them.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+KINDS = ("copy-forward", "literal")
+
+
+def similarity(x: torch.Tensor) -> torch.Tensor:
+    """rho (B, T-1): cosine similarity of each token's state with the next one's (eq. 30)."""
+    x_hat = F.normalize(x, dim=-1)
+    return (x_hat[:, :-1] * x_hat[:, 1:]).sum(-1)
+
+
+def merge_plan_loop(rho: torch.Tensor, tau: float) -> list[list[tuple[int, ...]]]:
+    """Algorithm 1 as printed, one sequence at a time: the groups G_k of source positions, per sequence."""
+    plans = []
+    for row in rho.tolist():
+        T, i, groups = len(row) + 1, 0, []
+        while i < T:
+            if i < T - 1 and row[i] > tau:
+                groups.append((i, i + 1))
+                i += 2
+            else:
+                groups.append((i,))
+                i += 1
+        plans.append(groups)
+    return plans
+
+
+def merge_plan(rho: torch.Tensor, tau: float) -> torch.Tensor:
+    """Algorithm 1 without the loop: `slot` (B, T), the slot index of each token.
+
+    Think of the positions where rho_t > tau as runs. The scan enters each run at its first position s (the
+    position before it is not above tau, so no pair can straddle into the run) and then pairs (s, s+1),
+    (s+2, s+3), ...: a pair starts exactly where the offset from the start of its run is even.
+    """
+    above = rho > tau                                                         # (B, T-1)
+    t = torch.arange(above.shape[1], device=rho.device)
+    run_start = torch.where(above, -1, t).cummax(1).values + 1                # first index of the current run
+    starts = above & ((t - run_start) % 2 == 0)                              # pair (t, t+1) is taken
+    second = F.pad(starts, (1, 0))                                            # token t+1 joins slot of t
+    return (~second).long().cumsum(1) - 1
+
+
+def groups_of(slot: torch.Tensor) -> list[list[tuple[int, ...]]]:
+    """The merge map M = {G_k} per sequence, read back from `slot` (to compare with `merge_plan_loop`)."""
+    plans = []
+    for row in slot.tolist():
+        groups: list[list[int]] = []
+        for t, k in enumerate(row):
+            if k == len(groups):
+                groups.append([])
+            groups[k].append(t)
+        plans.append([tuple(g) for g in groups])
+    return plans
+
+
+def merge_ratio(slot: torch.Tensor) -> float:
+    """mu = 1 - T'/T over the batch (eq. 33)."""
+    return 1.0 - float((slot[:, -1] + 1).sum()) / slot.numel()
+
+
+def first_positions(slot: torch.Tensor) -> torch.Tensor:
+    """(B, T'): the original position of each slot's first member (padding slots get 0)."""
+    B, T = slot.shape
+    is_first = torch.ones_like(slot, dtype=torch.bool)
+    is_first[:, 1:] = slot[:, 1:] != slot[:, :-1]
+    first = torch.zeros(B, int(slot.max()) + 1, dtype=torch.long, device=slot.device)
+    rows, cols = is_first.nonzero(as_tuple=True)
+    first[rows, slot[rows, cols]] = cols
+    return first
+
+
+def merge(x: torch.Tensor, slot: torch.Tensor, kind: str = "copy-forward") -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge x (B, T, ...) by the plan: (x' (B, T', ...), positions (B, T')).
+
+    kind="literal" averages each group (eq. 31); kind="copy-forward" keeps the first member of each group.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"atm kind must be one of {KINDS}, got {kind!r}")
+    first = first_positions(slot)
+    if kind == "copy-forward":
+        return gather_tokens(x, first), first
+    index = slot.view(*slot.shape, *([1] * (x.dim() - 2))).expand_as(x)
+    total = x.new_zeros(x.shape[0], first.shape[1], *x.shape[2:]).scatter_add(1, index, x)
+    count = torch.zeros(first.shape, dtype=x.dtype, device=x.device).scatter_add(1, slot, torch.ones_like(
+        slot, dtype=x.dtype)).clamp(min=1)                                     # padding slots: avoid 0 / 0
+    return total / count.view(*count.shape, *([1] * (x.dim() - 2))), first
+
+
+def gather_tokens(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x (B, T, ...) at positions index (B, T'') along dim 1."""
+    return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))
+
+
+def unmerge(y: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+    """Back to length T: every token gets its slot's output (eq. 32). (B, T', ...) -> (B, T, ...)."""
+    return gather_tokens(y, slot)
+
+
+def atm_layers(n_layers: int) -> range:
+    """The middle third of the layers: what is left after the first and the last floor(L/3)."""
+    return range(n_layers // 3, n_layers - n_layers // 3)
