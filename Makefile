@@ -27,7 +27,11 @@ lessons: setup
 	MINWIOLA_QUICK=0 $(BIN)/python lessons/execute.py lessons/*.ipynb
 
 bench: setup
-	$(BIN)/python benchmarks/tokenizer_bench.py
+	$(BIN)/python benchmarks/tokenizer_bench.py --repeat 5
+	$(BIN)/python benchmarks/attention_bench.py
+	$(BIN)/python benchmarks/generation_bench.py
+	$(BIN)/python benchmarks/train_bench.py
+	$(BIN)/python benchmarks/atm_bench.py --batch 2 --steps 1 --repeat 15
 
 clean:
 	rm -rf $(VENV) data/cache runs

@@ -125,6 +125,23 @@ def unmerge(y: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
     return gather_tokens(y, slot)
 
 
+def merged_attention(attention, h: torch.Tensor, tau: float, kind: str = "copy-forward",
+                     context: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run `attention` (a MultiHeadAttention or GCLA) on the merged tokens of h (B, T, d) and unmerge its output:
+    (output (B, T, d), slot (B, T)). Merged slots keep their first member's original position; a per-position
+    GCLA context (B, T, Lambda, d) follows each slot's first member too."""
+    with torch.no_grad():                                   # a discrete decision: no gradient flows through it
+        slot = merge_plan(similarity(h), tau)
+    merged, positions = merge(h, slot, kind)
+    extra = ()
+    if context is not None:
+        extra = (gather_tokens(context, positions) if context.shape[1] > 1 else context,)
+    return unmerge(attention(merged, *extra, positions=positions), slot), slot
+
+
 def atm_layers(n_layers: int) -> range:
-    """The middle third of the layers: what is left after the first and the last floor(L/3)."""
-    return range(n_layers // 3, n_layers - n_layers // 3)
+    """The middle third of the layers: round(L/3) of them (at least 1), centred. L = 16 gives layers 5-9, L = 6
+    gives 2-3, L = 4 gives layer 1 (the paper's saving estimate applies ATM to L/3 layers)."""
+    n = max(1, round(n_layers / 3))
+    start = (n_layers - n) // 2
+    return range(start, start + n)

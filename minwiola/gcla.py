@@ -69,9 +69,9 @@ def context_attention(q: torch.Tensor, k_ctx: torch.Tensor, v_ctx: torch.Tensor)
     context for all). Returns (B, H, T, d_h). No mask: a context is all summaries, and whether they hold the
     future is decided when they are made (`summarize`).
     """
-    scores = (q.unsqueeze(-2) * k_ctx).sum(-1) / math.sqrt(q.shape[-1])      # (B, H, T, Lambda)
-    weights = torch.softmax(scores, dim=-1)
-    return (weights.unsqueeze(-1) * v_ctx).sum(-2)
+    q = q.unsqueeze(-2)                                                       # (B, H, T, 1, d_h)
+    scores = q @ k_ctx.transpose(-2, -1) / math.sqrt(q.shape[-1])             # (B, H, T, 1, Lambda)
+    return (torch.softmax(scores, dim=-1) @ v_ctx).squeeze(-2)
 
 
 class GCLA(MultiHeadAttention):

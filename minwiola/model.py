@@ -118,11 +118,17 @@ PRESETS: dict[str, dict] = {
     # LLaMA's recipe at Yocto's scale: RMSNorm, SwiGLU of 8d/3, RoPE, no biases.
     "llama-style": dict(vocab_size=4096, context=512, d=64, n_layers=4, n_heads=4, ffn="swiglu",
                         norm="rmsnorm", positions="rope", qkv="separate"),
+    # Wiola at the paper's stated 360M shape (d, L, V, H, H_kv); the DSFF widths d_A = 1536, d_B = 4608 are ours:
+    # they bring the total to 359,991,312 (the paper's size tables are lost).
+    "wiola-360m": dict(vocab_size=32000, context=2048, d=1024, n_layers=16, n_heads=16, n_kv_heads=4, ffn="dsff",
+                       d_ff_a=1536, d_ff=4608, norm="wiola", positions="srpe", gcla="causal", atm="copy-forward"),
     # Tiny versions for tests and quick lessons.
     "tiny-gpt2": dict(vocab_size=64, context=32, d=24, n_layers=2, n_heads=2, ffn="gelu", ffn_bias=True,
                       norm="layernorm", positions="learned", attn_bias=True),
     "tiny-llama": dict(vocab_size=64, context=32, d=24, n_layers=2, n_heads=4, n_kv_heads=2, ffn="swiglu",
                        norm="rmsnorm", positions="rope"),
+    "tiny-wiola": dict(vocab_size=64, context=32, d=24, n_layers=3, n_heads=4, n_kv_heads=2, ffn="dsff",
+                       d_ff_a=24, d_ff=48, norm="wiola", positions="srpe", gcla="causal", atm="copy-forward"),
     "tiny-yocto": dict(vocab_size=64, context=32, d=24, n_layers=2, n_heads=2, d_ff=96, ffn="gelu",
                        ffn_bias=True, norm="layernorm", positions="rope", qkv="unified"),
 }
@@ -171,13 +177,8 @@ class Block(nn.Module):
             return self.attn(h, *extra, cache=cache)
         if cache is not None:
             raise ValueError("token merging runs in training only; decode with model.eval()")
-        with torch.no_grad():                               # a discrete decision: no gradient flows through it
-            slot = atm.merge_plan(atm.similarity(h), self.tau)
-        self.last_slot = slot
-        merged, positions = atm.merge(h, slot, self.merge_kind)
-        if context is not None and context.shape[1] > 1:    # per-position summaries follow each slot's first token
-            extra = (atm.gather_tokens(context, positions),)
-        return atm.unmerge(self.attn(merged, *extra, positions=positions), slot)
+        out, self.last_slot = atm.merged_attention(self.attn, h, self.tau, self.merge_kind, context)
+        return out
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, context: torch.Tensor | None = None
                 ) -> torch.Tensor:

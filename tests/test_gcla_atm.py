@@ -182,9 +182,11 @@ def test_similarity_is_the_cosine_of_neighbours():
 
 
 def test_atm_layers_are_the_middle_third():
-    assert list(atm.atm_layers(16)) == list(range(5, 11))
-    assert list(atm.atm_layers(4)) == [1, 2]
-    assert list(atm.atm_layers(2)) == [0, 1]
+    assert list(atm.atm_layers(16)) == [5, 6, 7, 8, 9]
+    assert list(atm.atm_layers(12)) == [4, 5, 6, 7]
+    assert list(atm.atm_layers(6)) == [2, 3]
+    assert list(atm.atm_layers(4)) == [1]
+    assert list(atm.atm_layers(1)) == [0]
 
 
 def test_copy_forward_attention_keeps_original_positions():
@@ -230,7 +232,8 @@ def test_literal_atm_leaks_and_copy_forward_does_not(gcla):
                 worst = max(worst, (model(other)[:, :cut] - base[:, :cut]).abs().max().item())
         merged = atm.merge_ratio(model.blocks[1].last_slot)
         assert merged > 0.1                                          # merging really happened
-        assert (worst > 1e-3) if should_leak else (worst == 0.0), (kind, worst)
+        # 0 here; allow rounding, since a kernel may sum in another order when the merged length T' changes
+        assert (worst > 1e-3) if should_leak else (worst < 1e-12), (kind, worst)
 
 
 def test_atm_is_off_in_eval_and_refuses_a_cache_in_training():
@@ -268,3 +271,38 @@ def test_explicit_positions_are_checked():
     with pytest.raises(ValueError, match="KV cache"):
         layer(torch.randn(1, 3, 16), cache=KVCache(8), positions=torch.tensor([[0, 1, 2]]))
 
+
+
+# ------------------------------------------------------------------------------------------------- budget
+
+def test_layer_flops_match_pytorch_flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from minwiola.budget import layer_flops
+    T = 16
+    for gcla, H_kv in [("causal", 2), ("literal", 1)]:
+        cfg = preset("llama-style", d=32, n_heads=4, n_kv_heads=H_kv, gcla=gcla, attention="explicit")
+        layer = GCLA(32, 4, H_kv, impl="explicit", max_len=T)
+        x = torch.randn(1, T, 32)
+        ctx = torch.randn(1, T if gcla == "causal" else 1, 2, 32)
+        with FlopCounterMode(display=False) as counter:
+            layer(x, ctx)
+        predicted = sum(v for k, v in layer_flops(cfg, T).items() if "feed-forward" not in k)
+        assert counter.get_total_flops() == round(predicted * T)
+
+
+def test_atm_flop_saving_is_eq33_on_the_core_only():
+    from minwiola.budget import forward_flops, layer_flops
+    cfg = preset("wiola-360m")
+    full, merged = layer_flops(cfg, 2048), layer_flops(cfg, 2048, mu=0.1)
+    core = "attention core (eq. 39)"
+    assert abs(1 - merged[core] / full[core] - 0.1 * (2 - 0.1)) < 1e-12         # eq. 33
+    assert merged["feed-forward"] == full["feed-forward"]                     # unmerged before the FFN
+    saving = 1 - forward_flops(cfg, 2048, 0.14) / forward_flops(cfg, 2048, 0.0)
+    assert 0.015 < saving < 0.025                                             # not the claimed 5-9%
+
+
+def test_wiola_360m_parameter_count():
+    with torch.device("meta"):
+        model = LanguageModel(preset("wiola-360m"))
+    assert model.n_params() == 359_991_312

@@ -75,6 +75,16 @@ def test_readme_benchmark_numbers_come_from_results():
         assert f"| `{r['preset']}` | {r['params']:,} | {r['tokens_per_s']:,} |" in README
 
 
+def test_readme_atm_numbers_come_from_results():
+    b = json.loads((ROOT / "results" / "atm_bench.json").read_text())
+    assert f"a Wiola-shaped model of {b['params']:,} parameters" in README and b["command"] in README
+    for r in b["rows"]:
+        assert (f"| {r.get('measured_mu', 0):.3f} | {r['seconds_per_step']:.3f} | {r['median_seconds']:.3f} | "
+                f"{r.get('flops_saving', 0):.1%} | {r.get('time_saving', 0):.1%} |") in README
+    assert f"takes {b['merge_machinery_ms']['vectorised plan + merge + unmerge']:.1f} ms" in README
+    assert b["data"].startswith("TinyStories sample")
+
+
 def test_readme_preset_parameter_counts():
     from minwiola.model import LanguageModel, preset
     for name in ("gpt2-style", "llama-style"):
