@@ -1,6 +1,10 @@
-"""Accounting: forward FLOPs per token, by component (lessons 08-09; Wiola eqs. 33 and 39-41).
+"""Accounting: parameters, FLOPs per token and KV-cache memory, by component (lessons 08-10; Wiola eqs. 33,
+38-41, section X).
 
-Conventions. A multiply-add is 2 FLOPs, so a (1 x m) @ (m x n) product costs 2mn. Counts are per token of a
+Parameters are counted from the config alone (no model is built) and a test checks the count against an
+instantiated model for every preset (the large ones on the meta device, where no memory is allocated).
+
+FLOP conventions. A multiply-add is 2 FLOPs, so a (1 x m) @ (m x n) product costs 2mn. Counts are per token of a
 sequence of T tokens, forward pass only (training is about 3x: the backward costs twice the forward). The
 attention core is counted the way Wiola's eq. 39 counts it, every query against all T keys (4 T H d_h per token:
 q k^T and the weighted sum of values); a kernel that skips the masked half does about half of that. Norms,
@@ -13,6 +17,87 @@ from .gcla import LAMBDA
 from .model import ModelConfig
 
 
+def head_width(cfg: ModelConfig) -> int:
+    """d_h: d / H, or d / (3H) for Yocto's unified projection."""
+    return cfg.d // (3 * cfg.n_heads) if cfg.qkv == "unified" else cfg.d // cfg.n_heads
+
+
+def norm_params(cfg: ModelConfig) -> int:
+    """One norm: LayerNorm has a weight and a bias, RMSNorm a weight, WiolaRMSNorm gamma and delta (eq. 9)."""
+    return {"layernorm": 2, "rmsnorm": 1, "wiola": 2}[cfg.norm] * cfg.d
+
+
+def layer_params(cfg: ModelConfig) -> dict[str, int]:
+    """Parameters of one decoder layer, by component."""
+    d, H = cfg.d, cfg.n_heads
+    H_kv = cfg.n_kv_heads or H
+    d_h = head_width(cfg)
+    ab, fb = int(cfg.attn_bias), int(cfg.ffn_bias)
+    if cfg.qkv == "unified":
+        attention = d * d + ab * d + H * d_h * d + ab * d               # one d -> d projection, W_O: d/3 -> d
+    else:
+        attention = (d * H * d_h + ab * H * d_h) + 2 * (d * H_kv * d_h + ab * H_kv * d_h) + (H * d_h * d + ab * d)
+    out = {"attention (W_Q, W_K, W_V, W_O)": attention}
+    if cfg.gcla != "off":
+        out["GCLA gate W_gate"] = d * H * d_h + ab * H * d_h
+        out["GCLA context W_K^ctx, W_V^ctx"] = 2 * (d * H_kv * d_h + ab * H_kv * d_h)
+        out["GCLA blend phi"] = 1
+    h = cfg.hidden
+    if cfg.ffn == "dsff":
+        d_A = cfg.d_ff_a or d
+        out["DSFF streams"] = 3 * d * d_A + fb * (2 * d_A + d) + 2 * d * h + fb * (h + d)
+        out["DSFF fusion gate W_f"] = 2 * d * d + fb * d
+    elif cfg.ffn == "swiglu":
+        out["feed-forward"] = 3 * d * h + fb * (2 * h + d)
+    else:
+        out["feed-forward"] = 2 * d * h + fb * (h + d)
+    out["two norms"] = 2 * norm_params(cfg)
+    return out
+
+
+def param_breakdown(cfg: ModelConfig) -> dict[str, int]:
+    """Parameters of the whole model, by component; the tied head is counted once, with the embedding."""
+    out = {"embedding (tied head)" if cfg.tie_head else "embedding": cfg.vocab_size * cfg.d}
+    if not cfg.tie_head:
+        out["head"] = cfg.vocab_size * cfg.d
+    if cfg.positions == "learned":
+        out["learned positions"] = cfg.context * cfg.d
+    for name, n in layer_params(cfg).items():
+        out[name] = cfg.n_layers * n
+    if cfg.norm_position == "pre":
+        out["final norm"] = norm_params(cfg)
+    return out
+
+
+def count_params(cfg: ModelConfig) -> int:
+    """Total parameters, from the config alone; equals `LanguageModel(cfg).n_params()` (tested for every preset)."""
+    return sum(param_breakdown(cfg).values())
+
+
+def dsff_widths(cfg: ModelConfig, target: int, ratio: int = 3, multiple: int = 64) -> tuple[int, int]:
+    """DSFF widths (d_A, d_B = ratio * d_A) that bring `cfg` closest to `target` parameters (lesson 10).
+
+    Without biases the streams hold L d (3 d_A + 2 d_B) = L d (3 + 2 ratio) d_A parameters; everything else is
+    fixed by the other fields. So d_A = (target - fixed) / (L d (3 + 2 ratio)), rounded to a multiple of `multiple`.
+    """
+    if cfg.ffn != "dsff" or cfg.ffn_bias:
+        raise ValueError("dsff_widths needs ffn='dsff' without biases")
+    per_unit = cfg.n_layers * cfg.d * (3 + 2 * ratio)            # parameters per unit of d_A
+    streams = cfg.n_layers * cfg.d * (3 * (cfg.d_ff_a or cfg.d) + 2 * cfg.hidden)   # the config's own streams
+    fixed = count_params(cfg) - streams
+    d_A = max(multiple, round((target - fixed) / per_unit / multiple) * multiple)
+    return d_A, ratio * d_A
+
+
+def kv_cache_bytes(cfg: ModelConfig, T: int, bytes_per_number: int = 2, batch: int = 1) -> int:
+    """KV-cache memory for T positions (Wiola eq. 38 done right): keys and values, L layers, H_kv heads of d_h
+    numbers each, per position: 2 L H_kv d_h T b. Causal GCLA adds a running sum of d numbers per layer."""
+    H_kv = cfg.n_kv_heads or cfg.n_heads
+    keys_values = 2 * cfg.n_layers * H_kv * head_width(cfg) * T
+    summaries = cfg.n_layers * cfg.d if cfg.gcla == "causal" else 0
+    return batch * (keys_values + summaries) * bytes_per_number
+
+
 def layer_flops(cfg: ModelConfig, T: int, mu: float = 0.0) -> dict[str, float]:
     """Forward FLOPs per token of one layer, by component, for sequences of T tokens.
 
@@ -22,7 +107,7 @@ def layer_flops(cfg: ModelConfig, T: int, mu: float = 0.0) -> dict[str, float]:
     """
     d, H = cfg.d, cfg.n_heads
     H_kv = cfg.n_kv_heads or H
-    d_h = d // (3 * H) if cfg.qkv == "unified" else d // H
+    d_h = head_width(cfg)
     keep = 1.0 - mu
     out = {
         "q, k, v, o projections": keep * 2 * d * d_h * (2 * H + 2 * H_kv) if cfg.qkv == "separate"
@@ -51,3 +136,9 @@ def forward_flops(cfg: ModelConfig, T: int, mu: float = 0.0) -> float:
     merging = set(atm_layers(cfg.n_layers)) if cfg.atm != "off" else set()
     layers = sum(sum(layer_flops(cfg, T, mu if i in merging else 0.0).values()) for i in range(cfg.n_layers))
     return layers + 2 * cfg.d * cfg.vocab_size
+
+
+def training_flops(cfg: ModelConfig, T: int, mu: float = 0.0) -> float:
+    """Training FLOPs per token: forward plus backward, about 3x the forward (the backward computes gradients with
+    respect to both the inputs and the weights of every product: twice the forward's work)."""
+    return 3 * forward_flops(cfg, T, mu)

@@ -14,8 +14,10 @@ Every choice is a field of `ModelConfig`; an ablation is a different config, nev
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -63,6 +65,8 @@ class ModelConfig:
     atm: str = "off"                # Adaptive Token Merging in the middle third of the layers, during training:
                                     # "off", "copy-forward" (causal) or "literal" (Algorithm 1: leaks the future)
     atm_tau: float = 0.92           # ATM's cosine threshold tau
+    tie_head: bool = True           # the head reuses the embedding (Wiola eq. 7); False gives it its own V x d matrix
+                                    # (LLaMA-2, Mistral)
 
     def __post_init__(self):
         choices = {"ffn": FFNS, "norm": NORMS, "norm_position": ("pre", "post"), "positions": POSITIONS,
@@ -108,6 +112,8 @@ class ModelConfig:
         return swiglu_hidden(self.d) if self.ffn == "swiglu" else 4 * self.d   # (for DSFF: d_B)
 
 
+WIOLA = dict(norm="wiola", positions="srpe", gcla="causal", atm="copy-forward")   # the five parts, causal forms
+
 PRESETS: dict[str, dict] = {
     # Yocto's published shape (its README): 484,272 parameters with V = 4,000.
     "yocto": dict(vocab_size=4000, context=512, d=72, n_layers=4, n_heads=3, d_ff=288, ffn="gelu", ffn_bias=True,
@@ -118,17 +124,37 @@ PRESETS: dict[str, dict] = {
     # LLaMA's recipe at Yocto's scale: RMSNorm, SwiGLU of 8d/3, RoPE, no biases.
     "llama-style": dict(vocab_size=4096, context=512, d=64, n_layers=4, n_heads=4, ffn="swiglu",
                         norm="rmsnorm", positions="rope", qkv="separate"),
-    # Wiola at the paper's stated 360M shape (d, L, V, H, H_kv); the DSFF widths d_A = 1536, d_B = 4608 are ours:
-    # they bring the total to 359,991,312 (the paper's size tables are lost).
+    # The Wiola family (lesson 10). The paper states only wiola-360m's d, L, V, H, H_kv; its size tables are lost.
+    # The other shapes are ours in the same spirit (d_h = 64, H_kv = H/4, L growing with d), and every DSFF pair
+    # (d_A, d_B = 3 d_A) is what `budget.dsff_widths` derives for the nominal size (tested).
+    "wiola-120m": dict(vocab_size=32000, context=2048, d=768, n_layers=12, n_heads=12, n_kv_heads=3, ffn="dsff",
+                       d_ff_a=640, d_ff=1920, **WIOLA),
     "wiola-360m": dict(vocab_size=32000, context=2048, d=1024, n_layers=16, n_heads=16, n_kv_heads=4, ffn="dsff",
-                       d_ff_a=1536, d_ff=4608, norm="wiola", positions="srpe", gcla="causal", atm="copy-forward"),
+                       d_ff_a=1536, d_ff=4608, **WIOLA),
+    "wiola-700m": dict(vocab_size=32000, context=2048, d=1536, n_layers=20, n_heads=24, n_kv_heads=6, ffn="dsff",
+                       d_ff_a=1344, d_ff=4032, **WIOLA),
+    "wiola-1.5b": dict(vocab_size=32000, context=2048, d=2048, n_layers=24, n_heads=32, n_kv_heads=8, ffn="dsff",
+                       d_ff_a=1856, d_ff=5568, **WIOLA),
+    # Small Wiolas for training here: one at Yocto's size (like for like, V = 4,096), one at the CS336 TinyStories
+    # shape (d = 512, 4 layers, 16 heads, context 256).
+    "wiola-yocto": dict(vocab_size=4096, context=512, d=64, n_layers=4, n_heads=4, n_kv_heads=2, ffn="dsff",
+                        d_ff_a=48, d_ff=144, **WIOLA),
+    "wiola-cs336": dict(vocab_size=4096, context=256, d=512, n_layers=4, n_heads=16, n_kv_heads=4, ffn="dsff",
+                        d_ff_a=480, d_ff=1440, **WIOLA),
+    # Published shapes of three comparison models (counted on the meta device; never trained here).
+    "gpt2-124m": dict(vocab_size=50257, context=1024, d=768, n_layers=12, n_heads=12, d_ff=3072, ffn="gelu",
+                      ffn_bias=True, norm="layernorm", positions="learned", attn_bias=True),
+    "llama2-7b": dict(vocab_size=32000, context=4096, d=4096, n_layers=32, n_heads=32, d_ff=11008, ffn="swiglu",
+                      norm="rmsnorm", positions="rope", tie_head=False),
+    "mistral-7b": dict(vocab_size=32000, context=8192, d=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336,
+                       ffn="swiglu", norm="rmsnorm", positions="rope", rope_theta=1e6, tie_head=False),
     # Tiny versions for tests and quick lessons.
     "tiny-gpt2": dict(vocab_size=64, context=32, d=24, n_layers=2, n_heads=2, ffn="gelu", ffn_bias=True,
                       norm="layernorm", positions="learned", attn_bias=True),
     "tiny-llama": dict(vocab_size=64, context=32, d=24, n_layers=2, n_heads=4, n_kv_heads=2, ffn="swiglu",
                        norm="rmsnorm", positions="rope"),
-    "tiny-wiola": dict(vocab_size=64, context=32, d=24, n_layers=3, n_heads=4, n_kv_heads=2, ffn="dsff",
-                       d_ff_a=24, d_ff=48, norm="wiola", positions="srpe", gcla="causal", atm="copy-forward"),
+    "wiola-tiny": dict(vocab_size=64, context=32, d=24, n_layers=3, n_heads=4, n_kv_heads=2, ffn="dsff",
+                       d_ff_a=24, d_ff=48, **WIOLA),
     "tiny-yocto": dict(vocab_size=64, context=32, d=24, n_layers=2, n_heads=2, d_ff=96, ffn="gelu",
                        ffn_bias=True, norm="layernorm", positions="rope", qkv="unified"),
 }
@@ -206,6 +232,7 @@ class LanguageModel(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, merges=i in merging) for i in range(cfg.n_layers))
         # post-norm blocks end in a norm already; pre-norm ones need a final norm before the head
         self.norm = make_norm(cfg.norm, cfg.d) if cfg.norm_position == "pre" else nn.Identity()
+        self.head = None if cfg.tie_head else nn.Linear(cfg.d, cfg.vocab_size, bias=False)
         self.apply(self._init)
         for module in self.modules():
             if isinstance(module, DSFF):
@@ -253,12 +280,54 @@ class LanguageModel(nn.Module):
                 current = summarize(x, self.config.gcla, layer_cache)           # eq. 20 (or its causal form)
                 context, previous = layer_contexts(previous, current), current  # eq. 21
             x = block(x, layer_cache, context)
-        return self.norm(x) @ self.embed.weight.T          # tied head (Wiola eq. 7)
+        h = self.norm(x)
+        return h @ self.embed.weight.T if self.head is None else self.head(h)   # tied head: Wiola eq. 7
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean next-token cross-entropy in nats per token."""
         logits = self(idx)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    def save_pretrained(self, directory: str | Path, tokenizer=None) -> Path:
+        """Write `config.json` (every config field), `model.safetensors` (the weights; the tied head is stored once,
+        as the embedding) and, if given, the tokenizer as `tokenizer.bpe`, so the model and its ids travel together."""
+        from safetensors.torch import save_file
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "config.json").write_text(json.dumps(dataclasses.asdict(self.config), indent=2) + "\n")
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
+                  str(directory / "model.safetensors"))
+        if tokenizer is not None:
+            tokenizer.save(directory / "tokenizer.bpe")
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu") -> "LanguageModel":
+        """The model `save_pretrained` wrote, with its tokenizer (or None) as `model.tokenizer`. A checkpoint whose
+        tensors do not match the config (missing, unexpected, or of another shape) raises ValueError naming them."""
+        from safetensors.torch import load_file
+
+        from .tokenizer import Tokenizer
+        directory = Path(directory)
+        for name in ("config.json", "model.safetensors"):
+            if not (directory / name).is_file():
+                raise FileNotFoundError(f"{directory / name} not found: is {directory} a save_pretrained folder?")
+        fields = json.loads((directory / "config.json").read_text())
+        known = {f.name for f in dataclasses.fields(ModelConfig)}
+        if set(fields) - known:
+            raise ValueError(f"config.json has unknown field(s) {sorted(set(fields) - known)}")
+        model = cls(ModelConfig(**fields))
+        saved, expected = load_file(str(directory / "model.safetensors")), model.state_dict()
+        problems = [f"missing tensor {k!r}" for k in expected if k not in saved]
+        problems += [f"unexpected tensor {k!r}" for k in saved if k not in expected]
+        problems += [f"tensor {k!r} has shape {tuple(saved[k].shape)}, the config needs {tuple(v.shape)}"
+                     for k, v in expected.items() if k in saved and saved[k].shape != v.shape]
+        if problems:
+            raise ValueError(f"checkpoint {directory} does not match its config: " + "; ".join(problems))
+        model.load_state_dict(saved)
+        model.tokenizer = Tokenizer.load(directory / "tokenizer.bpe") if (directory / "tokenizer.bpe").is_file() \
+            else None
+        return model.to(device)
 
     def n_params(self) -> int:
         """Parameters, counting the tied embedding/head once."""

@@ -90,6 +90,11 @@ def test_readme_preset_parameter_counts():
     for name in ("gpt2-style", "llama-style"):
         assert f"| {LanguageModel(preset(name)).n_params():,} |" in README
     assert "| 484,272 (as published) |" in README and LanguageModel(preset("yocto")).n_params() == 484_272
+    from minwiola.budget import count_params
+    for name in ("wiola-yocto", "wiola-cs336", "wiola-120m", "wiola-360m", "wiola-700m", "wiola-1.5b"):
+        c = preset(name)
+        assert f"| `{name}` | {c.d} | {c.n_layers} | {c.n_heads} / {c.n_kv_heads} |" in README
+        assert f"| {c.d_ff_a} / {c.d_ff} | {count_params(c):,} |" in README
 
 
 def test_main_job_trains_and_saves(tmp_path, capsys):

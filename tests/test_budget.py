@@ -1,0 +1,109 @@
+"""The whole model's accounting (parameters, FLOPs, KV cache) and saving/loading (lesson 10)."""
+import json
+import math
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from minwiola.budget import count_params, dsff_widths, forward_flops, kv_cache_bytes, param_breakdown
+from minwiola.model import PRESETS, LanguageModel, preset
+from minwiola.tokenizer import default_tokenizer
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_analytic_count_equals_the_instantiated_model(name):
+    with torch.device("meta"):                                  # no memory, even for 7B parameters
+        model = LanguageModel(preset(name))
+    assert count_params(preset(name)) == model.n_params()
+
+
+@pytest.mark.parametrize("overrides", [dict(attn_bias=True, ffn_bias=True), dict(qkv="unified", n_heads=2),
+                                       dict(positions="learned", tie_head=False), dict(norm_position="post")])
+def test_analytic_count_follows_every_switch(overrides):
+    base = {"ffn": "dsff", "gcla": "causal"} if "qkv" not in overrides else {}
+    cfg = preset("llama-style", d=48, **base, **overrides)
+    assert count_params(cfg) == LanguageModel(cfg).n_params()
+
+
+def test_published_totals():
+    assert count_params(preset("gpt2-124m")) == 124_439_808        # GPT-2 small, tied head
+    assert count_params(preset("llama2-7b")) == 6_738_415_616      # LLaMA-2 7B, untied head
+    assert count_params(preset("mistral-7b")) == 7_241_732_096     # Mistral 7B v0.1, GQA 32/8
+
+
+def test_wiola_sizes_and_their_dsff_widths():
+    nominal = {"wiola-120m": (120e6, 64), "wiola-360m": (360e6, 64), "wiola-700m": (700e6, 64),
+               "wiola-1.5b": (1.5e9, 64), "wiola-yocto": (484_272, 8), "wiola-cs336": (17e6, 32)}
+    for name, (target, multiple) in nominal.items():
+        cfg = preset(name)
+        assert (cfg.d_ff_a, cfg.d_ff) == dsff_widths(cfg, int(target), multiple=multiple), name
+        assert abs(count_params(cfg) / target - 1) < 0.02, name
+    assert count_params(preset("wiola-360m")) == 359_991_312
+    with pytest.raises(ValueError, match="dsff"):
+        dsff_widths(preset("llama-style"), 10**6)
+
+
+def test_breakdown_names_the_parts():
+    parts = param_breakdown(preset("wiola-360m"))
+    assert parts["DSFF fusion gate W_f"] == 16 * 2 * 1024**2
+    assert parts["GCLA blend phi"] == 16 and parts["final norm"] == 2 * 1024
+    assert parts["two norms"] == 16 * 4 * 1024                    # gamma and delta, two norms per layer
+
+
+def test_kv_cache_formula_and_the_papers_figure():
+    cfg = preset("wiola-360m", gcla="off")
+    assert kv_cache_bytes(cfg, 2048) == 2 * 16 * 4 * 64 * 2048 * 2 == 33_554_432     # bf16: 33.6 MB, not 67.1
+    assert kv_cache_bytes(cfg, 2048, bytes_per_number=4) == 67_108_864             # the paper's figure is fp32
+    assert kv_cache_bytes(preset("wiola-360m"), 2048) - 33_554_432 == 16 * 1024 * 2  # causal GCLA's running sums
+
+
+def test_kv_cache_formula_matches_a_real_cache():
+    cfg = preset("wiola-tiny")
+    model = LanguageModel(cfg).eval()
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(torch.zeros(1, cfg.context, dtype=torch.long), cache)
+    held = sum(c.nbytes() + c.input_sum.numel() * c.input_sum.element_size() for c in cache)
+    assert held == kv_cache_bytes(cfg, cfg.context, bytes_per_number=4)
+
+
+@pytest.mark.parametrize("name", ["yocto", "gpt2-style", "llama-style", "wiola-tiny", "tiny-llama"])
+def test_forward_flops_match_pytorch_flop_counter(name):
+    cfg = preset(name, attention="explicit")
+    model = LanguageModel(cfg).eval()
+    T = min(cfg.context, 64)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(torch.zeros(1, T, dtype=torch.long))
+    assert counter.get_total_flops() == round(forward_flops(cfg, T) * T)
+
+
+# ------------------------------------------------------------------------------------------- save / load
+
+def test_save_and_load_round_trip(tmp_path):
+    torch.manual_seed(0)
+    cfg = preset("wiola-tiny", vocab_size=4096, srpe_k=math.inf)     # an inf field survives the JSON too
+    model = LanguageModel(cfg).eval()
+    model.save_pretrained(tmp_path, default_tokenizer())
+    loaded = LanguageModel.from_pretrained(tmp_path).eval()
+    idx = torch.randint(0, 4096, (2, 16))
+    assert loaded.config == cfg
+    assert torch.equal(loaded(idx), model(idx))
+    assert loaded.tokenizer.encode("Once upon a time") == default_tokenizer().encode("Once upon a time")
+
+
+def test_loading_a_mismatched_checkpoint_names_the_tensor(tmp_path):
+    LanguageModel(preset("tiny-llama")).save_pretrained(tmp_path)
+    assert LanguageModel.from_pretrained(tmp_path).tokenizer is None
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "d_ff": 40}))
+    with pytest.raises(ValueError, match=r"blocks\.0\.ffn\.\w+\.weight' has shape"):
+        LanguageModel.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**config, "n_layers": 3}))
+    with pytest.raises(ValueError, match=r"missing tensor 'blocks\.2\."):
+        LanguageModel.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**config, "colour": "red"}))
+    with pytest.raises(ValueError, match="unknown field"):
+        LanguageModel.from_pretrained(tmp_path)
+    with pytest.raises(FileNotFoundError, match="save_pretrained"):
+        LanguageModel.from_pretrained(tmp_path / "nowhere")
