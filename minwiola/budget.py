@@ -82,16 +82,23 @@ def dsff_widths(cfg: ModelConfig, target: int, ratio: int = 3, multiple: int = 6
     """
     if cfg.ffn != "dsff" or cfg.ffn_bias:
         raise ValueError("dsff_widths needs ffn='dsff' without biases")
+    if multiple < 1 or ratio < 1:
+        raise ValueError(f"multiple and ratio must be >= 1, got {multiple} and {ratio}")
     per_unit = cfg.n_layers * cfg.d * (3 + 2 * ratio)            # parameters per unit of d_A
     streams = cfg.n_layers * cfg.d * (3 * (cfg.d_ff_a or cfg.d) + 2 * cfg.hidden)   # the config's own streams
     fixed = count_params(cfg) - streams
-    d_A = max(multiple, round((target - fixed) / per_unit / multiple) * multiple)
+    if target < fixed + per_unit * multiple:
+        raise ValueError(f"target {target:,} leaves no room for the DSFF streams: the rest of the model already has "
+                         f"{fixed:,} parameters")
+    d_A = round((target - fixed) / per_unit / multiple) * multiple
     return d_A, ratio * d_A
 
 
 def kv_cache_bytes(cfg: ModelConfig, T: int, bytes_per_number: int = 2, batch: int = 1) -> int:
     """KV-cache memory for T positions (Wiola eq. 38 done right): keys and values, L layers, H_kv heads of d_h
     numbers each, per position: 2 L H_kv d_h T b. Causal GCLA adds a running sum of d numbers per layer."""
+    if T < 0 or batch < 1 or bytes_per_number < 1:
+        raise ValueError(f"need T >= 0, batch >= 1 and bytes_per_number >= 1, got {T}, {batch}, {bytes_per_number}")
     H_kv = cfg.n_kv_heads or cfg.n_heads
     keys_values = 2 * cfg.n_layers * H_kv * head_width(cfg) * T
     summaries = cfg.n_layers * cfg.d if cfg.gcla == "causal" else 0
@@ -133,6 +140,10 @@ def layer_flops(cfg: ModelConfig, T: int, mu: float = 0.0) -> dict[str, float]:
 def forward_flops(cfg: ModelConfig, T: int, mu: float = 0.0) -> float:
     """Forward FLOPs per token of the whole model: the layers (ATM's mu applied to the middle third when
     cfg.atm is on) and the tied head (2 d V). The embedding lookup is free."""
+    if not 0 <= mu < 1:
+        raise ValueError(f"the merge ratio mu must be in [0, 1), got {mu}")
+    if mu and cfg.atm == "off":
+        raise ValueError("mu > 0 needs a config with atm on")
     merging = set(atm_layers(cfg.n_layers)) if cfg.atm != "off" else set()
     layers = sum(sum(layer_flops(cfg, T, mu if i in merging else 0.0).values()) for i in range(cfg.n_layers))
     return layers + 2 * cfg.d * cfg.vocab_size

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.utils.checkpoint
 import torch.nn.functional as F
 from torch import nn
 
@@ -233,6 +234,7 @@ class LanguageModel(nn.Module):
         # post-norm blocks end in a norm already; pre-norm ones need a final norm before the head
         self.norm = make_norm(cfg.norm, cfg.d) if cfg.norm_position == "pre" else nn.Identity()
         self.head = None if cfg.tie_head else nn.Linear(cfg.d, cfg.vocab_size, bias=False)
+        self.activation_checkpointing = False   # recompute each block's activations in backward (saves memory)
         self.apply(self._init)
         for module in self.modules():
             if isinstance(module, DSFF):
@@ -279,7 +281,10 @@ class LanguageModel(nn.Module):
             if self.config.gcla != "off":
                 current = summarize(x, self.config.gcla, layer_cache)           # eq. 20 (or its causal form)
                 context, previous = layer_contexts(previous, current), current  # eq. 21
-            x = block(x, layer_cache, context)
+            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(block, x, layer_cache, context, use_reentrant=False)
+            else:
+                x = block(x, layer_cache, context)
         h = self.norm(x)
         return h @ self.embed.weight.T if self.head is None else self.head(h)   # tied head: Wiola eq. 7
 
@@ -297,14 +302,19 @@ class LanguageModel(nn.Module):
         (directory / "config.json").write_text(json.dumps(dataclasses.asdict(self.config), indent=2) + "\n")
         save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
                   str(directory / "model.safetensors"))
+        (directory / "tokenizer.bpe").unlink(missing_ok=True)          # never leave another model's tokenizer
         if tokenizer is not None:
+            if tokenizer.vocab_size > self.config.vocab_size:
+                raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids, the model only "
+                                 f"vocab_size={self.config.vocab_size}")
             tokenizer.save(directory / "tokenizer.bpe")
         return directory
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu") -> "LanguageModel":
-        """The model `save_pretrained` wrote, with its tokenizer (or None) as `model.tokenizer`. A checkpoint whose
-        tensors do not match the config (missing, unexpected, or of another shape) raises ValueError naming them."""
+        """The model `save_pretrained` wrote, in eval mode, with its tokenizer (or None) as `model.tokenizer`. A
+        config.json missing a field, or tensors that do not match the config (missing, unexpected, or of another
+        shape), raise ValueError naming them."""
         from safetensors.torch import load_file
 
         from .tokenizer import Tokenizer
@@ -314,8 +324,9 @@ class LanguageModel(nn.Module):
                 raise FileNotFoundError(f"{directory / name} not found: is {directory} a save_pretrained folder?")
         fields = json.loads((directory / "config.json").read_text())
         known = {f.name for f in dataclasses.fields(ModelConfig)}
-        if set(fields) - known:
-            raise ValueError(f"config.json has unknown field(s) {sorted(set(fields) - known)}")
+        if set(fields) != known:
+            raise ValueError(f"config.json has unknown field(s) {sorted(set(fields) - known)} and lacks "
+                             f"{sorted(known - set(fields))}: was it written by another version?")
         model = cls(ModelConfig(**fields))
         saved, expected = load_file(str(directory / "model.safetensors")), model.state_dict()
         problems = [f"missing tensor {k!r}" for k in expected if k not in saved]
@@ -327,7 +338,7 @@ class LanguageModel(nn.Module):
         model.load_state_dict(saved)
         model.tokenizer = Tokenizer.load(directory / "tokenizer.bpe") if (directory / "tokenizer.bpe").is_file() \
             else None
-        return model.to(device)
+        return model.to(device).eval()
 
     def n_params(self) -> int:
         """Parameters, counting the tied embedding/head once."""

@@ -42,6 +42,16 @@ def test_wiola_sizes_and_their_dsff_widths():
     assert count_params(preset("wiola-360m")) == 359_991_312
     with pytest.raises(ValueError, match="dsff"):
         dsff_widths(preset("llama-style"), 10**6)
+    with pytest.raises(ValueError, match="no room"):
+        dsff_widths(preset("wiola-360m"), 10**8)
+    with pytest.raises(ValueError, match="multiple"):
+        dsff_widths(preset("wiola-360m"), 4 * 10**8, multiple=0)
+    with pytest.raises(ValueError, match="mu"):
+        forward_flops(preset("wiola-360m"), 2048, mu=1.0)
+    with pytest.raises(ValueError, match="atm on"):
+        forward_flops(preset("llama-style"), 512, mu=0.1)
+    with pytest.raises(ValueError, match="T >= 0"):
+        kv_cache_bytes(preset("llama-style"), -1)
 
 
 def test_breakdown_names_the_parts():
@@ -85,7 +95,8 @@ def test_save_and_load_round_trip(tmp_path):
     cfg = preset("wiola-tiny", vocab_size=4096, srpe_k=math.inf)     # an inf field survives the JSON too
     model = LanguageModel(cfg).eval()
     model.save_pretrained(tmp_path, default_tokenizer())
-    loaded = LanguageModel.from_pretrained(tmp_path).eval()
+    loaded = LanguageModel.from_pretrained(tmp_path)
+    assert not loaded.training                                   # ready to generate: ATM and dropout off
     idx = torch.randint(0, 4096, (2, 16))
     assert loaded.config == cfg
     assert torch.equal(loaded(idx), model(idx))
@@ -105,5 +116,10 @@ def test_loading_a_mismatched_checkpoint_names_the_tensor(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**config, "colour": "red"}))
     with pytest.raises(ValueError, match="unknown field"):
         LanguageModel.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "positions"}))
+    with pytest.raises(ValueError, match="lacks \\['positions'\\]"):
+        LanguageModel.from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="tokenizer has 4096 ids"):
+        LanguageModel(preset("tiny-llama")).save_pretrained(tmp_path, default_tokenizer())
     with pytest.raises(FileNotFoundError, match="save_pretrained"):
         LanguageModel.from_pretrained(tmp_path / "nowhere")
