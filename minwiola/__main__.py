@@ -1,5 +1,35 @@
-"""`python -m minwiola`: the course's main job. Today: train the tokenizer and show what it learned."""
-from .tokenizer import main
+"""`python -m minwiola` (`make run`): the course's main job. Train a small Wiola on the stories for a few minutes on
+whatever device there is, then print three stories it writes.
+
+    python -m minwiola                     # wiola-yocto, 3 minutes, into runs/main (replaced on each call)
+    python -m minwiola --minutes 10        # longer; every other option of `python -m minwiola.train` works too
+
+The tokenizer's own job is `python -m minwiola.tokenizer`.
+"""
+import sys
+
+from . import quick_mode
+from .generate import generate
+from .model import LanguageModel
+from .train import main as train
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--out" not in argv:
+        argv += ["--out", "runs/main", "--overwrite"]
+    if "--minutes" not in argv:
+        argv += ["--minutes", "3", "--steps", "100000"]      # the clock ends the run; the schedule follows it
+    status = train(argv)
+    if status:
+        return status
+    out = argv[argv.index("--out") + 1]
+    model = LanguageModel.from_pretrained(f"{out}/best")
+    for seed in range(3):
+        story = generate(model, model.tokenizer, "Once upon a time", 60 if quick_mode() else 200, seed=seed)
+        print(f"\n--- story {seed + 1} (seed {seed})\n{story}")
+    return 0
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

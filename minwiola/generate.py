@@ -11,6 +11,9 @@ Both give the same tokens (tested); the cache is faster (benchmarks/generation_b
 """
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 import torch
 
 from .model import LanguageModel
@@ -96,3 +99,29 @@ def generate(model: LanguageModel, tokenizer, prompt: str, max_new_tokens: int =
     if tokenizer.eot_id in out:
         out = out[:out.index(tokenizer.eot_id)]
     return prompt + tokenizer.decode(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m minwiola.generate RUN_DIR "Once upon a time"`: write a story with a trained model (the run's best
+    weights, or a folder written by `save_pretrained`)."""
+    from .tokenizer import default_tokenizer
+    parser = argparse.ArgumentParser(prog="python -m minwiola.generate", description=main.__doc__.split("\n")[0])
+    parser.add_argument("run", help="a run folder (its best/ weights are used) or a save_pretrained folder")
+    parser.add_argument("prompt", nargs="?", default="Once upon a time")
+    parser.add_argument("--tokens", type=int, default=200, help="at most this many new tokens")
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=0.95)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    folder = Path(args.run)
+    if (folder / "best" / "model.safetensors").is_file():
+        folder = folder / "best"
+    model = LanguageModel.from_pretrained(folder)
+    tokenizer = model.tokenizer or default_tokenizer()
+    print(generate(model, tokenizer, args.prompt, args.tokens, args.temperature, args.top_k, args.top_p, args.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -97,7 +97,7 @@ def test_readme_preset_parameter_counts():
         assert f"| {c.d_ff_a} / {c.d_ff} | {count_params(c):,} |" in README
 
 
-def test_main_job_trains_and_saves(tmp_path, capsys):
+def test_tokenizer_job_trains_and_saves(tmp_path, capsys):
     from minwiola.tokenizer import Tokenizer, main
     out = tmp_path / "tok.bpe"
     assert main(["--vocab-size", "300", "--out", str(out)]) == 0

@@ -1,0 +1,396 @@
+"""Training a language model on TinyStories: the loop, its schedule, evaluation and run folders (lesson 11).
+
+    python -m minwiola.train --preset wiola-yocto --minutes 10 --out runs/wiola-yocto
+
+The recipe is the Wiola paper's (eqs. 42-43):
+
+* loss: mean next-token cross-entropy (eq. 42), in nats per token;
+* AdamW, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on weight *matrices* only: vectors and scalars (norm gains
+  gamma, WiolaRMSNorm offsets delta, biases, GCLA's blend phi) are not decayed, since decay would pull them toward
+  0 (a norm's gain toward 0, delta toward plain RMSNorm). The tied embedding is a matrix and is decayed;
+* gradients clipped to global norm 1.0;
+* learning rate: linear warmup over the first 5% of the run, then cosine decay to 0 (eq. 43). The "run" is the
+  step budget, or the time budget if that ends first (the schedule then follows elapsed training time; time spent
+  evaluating is not counted, so two models with the same budget get the same training time).
+
+Evaluation runs over the *whole* held-out split, cut into consecutive windows of the training length, and reports
+nats/token, perplexity exp(nats/token) and bits per byte (total nats / ln 2 / bytes of the predicted text), which
+compares models with different tokenizers. A run folder holds config.json, metrics.jsonl (one JSON object per log
+or evaluation), checkpoint/ (the latest state: weights, optimizer, random states) and best/ (the weights with the
+lowest held-out loss), samples.txt and loss.png. `--resume` continues a run exactly where it stopped.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import data, quick_mode
+from .generate import generate
+from .model import LanguageModel, preset
+from .tokenizer import default_tokenizer
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a run besides the data. Two runs with equal configs are the same experiment."""
+
+    preset: str = "wiola-yocto"
+    overrides: dict = field(default_factory=dict)   # ModelConfig fields to change, e.g. {"dropout": 0.1}
+    steps: int = 2000                     # optimizer steps (the schedule's length unless `minutes` ends first)
+    minutes: float | None = None          # budget of training time (evaluations not counted); None: steps only
+    batch_size: int = 32
+    block_size: int = 256                 # training window (at most the model's context)
+    grad_accum: int = 1                   # micro-batches per optimizer step
+    lr: float = 3e-3
+    warmup: float = 0.05                  # fraction of the run spent warming up (eq. 43)
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    clip: float = 1.0
+    eval_every: int = 250                 # steps between evaluations (and checkpoints)
+    eval_batch: int = 32                  # windows per evaluation forward
+    seed: int = 0
+    device: str = "auto"                  # "auto" (cuda, then mps, then cpu), or a torch device name
+    compile: bool = False                 # torch.compile the model (off by default: slow to start, CPU gains little)
+    activation_checkpointing: bool = False
+    prompt: str = "Once upon a time"
+    sample_tokens: int = 120
+
+    def __post_init__(self):
+        self.betas = tuple(self.betas)
+        for name in ("steps", "batch_size", "block_size", "grad_accum", "eval_every", "eval_batch"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
+        if self.minutes is not None and not self.minutes > 0:
+            raise ValueError(f"minutes must be > 0 or None, got {self.minutes}")
+        if not 0 <= self.warmup < 1:
+            raise ValueError(f"warmup is a fraction of the run in [0, 1), got {self.warmup}")
+        if not self.lr > 0 or not self.clip > 0 or self.weight_decay < 0:
+            raise ValueError("lr and clip must be > 0 and weight_decay >= 0")
+
+    def model_config(self):
+        return preset(self.preset, **self.overrides)
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """cuda if there is one, else Apple's mps, else the cpu; or the device named."""
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def learning_rate(progress: float, peak: float, warmup: float) -> float:
+    """Eq. 43 with progress p = step / total in [0, 1]: peak * p / warmup during warmup, then a cosine from peak
+    down to 0 at p = 1."""
+    if progress < warmup:
+        return peak * progress / warmup
+    decay = (progress - warmup) / (1 - warmup)
+    return 0.5 * peak * (1 + math.cos(math.pi * min(decay, 1.0)))
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups: matrices (dim >= 2) decay; vectors and scalars (norms, offsets, biases, phi) do not."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+def token_bytes(tokenizer) -> torch.Tensor:
+    """Length in bytes of each token id's text (special tokens count 0: they stand for no text)."""
+    specials = set(tokenizer.specials.values())
+    return torch.tensor([0 if i in specials else len(tokenizer.decode_bytes([i]))
+                         for i in range(tokenizer.vocab_size)])
+
+
+@torch.no_grad()
+def evaluate(model: LanguageModel, tokens: np.ndarray, block_size: int, nbytes: torch.Tensor,
+             batch: int = 32, device: torch.device | str = "cpu", max_windows: int | None = None) -> dict:
+    """Held-out loss over the whole token stream, in consecutive windows of `block_size` (the last one shorter):
+    every token but the first is predicted exactly once. Returns nats/token, perplexity and bits per byte."""
+    was_training = model.training
+    model.eval()
+    n = len(tokens) - 1                                        # tokens that have a next token to predict
+    starts = list(range(0, n, block_size))[:max_windows]
+    full = [s for s in starts if s + block_size <= n]
+    groups = [(full[i:i + batch], block_size) for i in range(0, len(full), batch)]
+    groups += [([s], n - s) for s in starts if s + block_size > n]        # the shorter last window
+    nats, count, text_bytes = 0.0, 0, 0
+    for group, T in groups:
+        window = torch.from_numpy(np.stack([np.asarray(tokens[s:s + T + 1]) for s in group]).astype(np.int64))
+        x, y = window[:, :-1].to(device), window[:, 1:].to(device)
+        logits = model(x)
+        nats += F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum").item()
+        count += y.numel()
+        text_bytes += int(nbytes[y.cpu()].sum())
+    model.train(was_training)
+    per_token = nats / count
+    return {"nats_per_token": per_token, "perplexity": math.exp(per_token),
+            "bits_per_byte": nats / math.log(2) / max(text_bytes, 1), "tokens": count, "bytes": text_bytes}
+
+
+class RunFolderError(ValueError):
+    """A run folder that holds another run, or no run to resume."""
+
+
+class Trainer:
+    """One run: `Trainer(cfg, out).run()`. Everything it needs to continue exactly is in `out/checkpoint/`."""
+
+    def __init__(self, cfg: TrainConfig, out: str | Path, resume: bool = False, overwrite: bool = False,
+                 progress: bool = True, quiet: bool = False):
+        self.cfg, self.out, self.progress, self.quiet = cfg, Path(out), progress, quiet
+        self.prepare_folder(resume, overwrite)
+        torch.manual_seed(cfg.seed)
+        self.device = pick_device(cfg.device)
+        self.tokenizer = default_tokenizer()
+        model_cfg = cfg.model_config()
+        if model_cfg.vocab_size < self.tokenizer.vocab_size:
+            raise ValueError(f"preset {cfg.preset!r} has vocab_size={model_cfg.vocab_size}, fewer than the "
+                             f"tokenizer's {self.tokenizer.vocab_size}")
+        if cfg.block_size > model_cfg.context:
+            raise ValueError(f"block_size={cfg.block_size} exceeds the model's context={model_cfg.context}")
+        self.model = LanguageModel(model_cfg).to(self.device)
+        self.model.activation_checkpointing = cfg.activation_checkpointing
+        self.forward = torch.compile(self.model) if cfg.compile else self.model
+        self.opt = torch.optim.AdamW(parameter_groups(self.model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
+                                     eps=cfg.eps, fused=self.device.type == "cuda")
+        self.train_tokens = data.tokens("train", self.tokenizer)
+        self.valid_tokens = data.tokens("valid", self.tokenizer)
+        self.nbytes = token_bytes(self.tokenizer)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.step, self.elapsed, self.best = 0, 0.0, math.inf
+        if resume:
+            self.load_checkpoint()
+
+    # ------------------------------------------------------------------------------------------ the folder
+    def prepare_folder(self, resume: bool, overwrite: bool) -> None:
+        config_file = self.out / "config.json"
+        wanted = dataclasses.asdict(self.cfg)
+        if config_file.exists():
+            held = json.loads(config_file.read_text())["train"]
+            if resume:
+                if held != json.loads(json.dumps(wanted)):
+                    raise RunFolderError(f"{self.out} holds a run with a different config; resume it with the same "
+                                         "settings, or use --overwrite to start over")
+                return
+            if not overwrite:
+                raise RunFolderError(f"{self.out} already holds a run; pass --resume to continue it or --overwrite "
+                                     "to replace it")
+            shutil.rmtree(self.out)
+        elif resume:
+            raise RunFolderError(f"nothing to resume in {self.out}: no config.json")
+        self.out.mkdir(parents=True, exist_ok=True)
+        model_cfg = dataclasses.asdict(self.cfg.model_config())
+        config_file.write_text(json.dumps({"train": wanted, "model": model_cfg, "data": data.describe_source(),
+                                           "command": " ".join(sys.argv)}, indent=2) + "\n")
+
+    def log(self, record: dict) -> None:
+        with open(self.out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    # ------------------------------------------------------------------------------------- checkpoints
+    def save_checkpoint(self) -> None:
+        """Write the whole state to checkpoint.tmp/, then swap it in, so a crash mid-write keeps the old one."""
+        tmp, final = self.out / "checkpoint.tmp", self.out / "checkpoint"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp, self.tokenizer)
+        torch.save({"optimizer": self.opt.state_dict(), "step": self.step, "elapsed": self.elapsed,
+                    "best": self.best, "torch_rng": torch.get_rng_state(),
+                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                    "data_rng": self.generator.get_state()}, tmp / "trainer_state.pt")
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+
+    def load_checkpoint(self) -> None:
+        folder = self.out / "checkpoint"
+        if not (folder / "trainer_state.pt").is_file():
+            raise RunFolderError(f"{self.out} has no checkpoint to resume from")
+        self.model.load_state_dict(LanguageModel.from_pretrained(folder).state_dict())
+        state = torch.load(folder / "trainer_state.pt", weights_only=True)
+        self.opt.load_state_dict(state["optimizer"])
+        self.step, self.elapsed, self.best = state["step"], state["elapsed"], state["best"]
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"]:
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        self.generator.set_state(state["data_rng"])
+        lines = (self.out / "metrics.jsonl").read_text().splitlines() if (self.out / "metrics.jsonl").exists() else []
+        kept = [line for line in lines if json.loads(line)["step"] <= self.step]   # drop logs after the checkpoint
+        (self.out / "metrics.jsonl").write_text("".join(line + "\n" for line in kept))
+
+    # -------------------------------------------------------------------------------------------- steps
+    def progress_fraction(self) -> float:
+        done = self.step / self.cfg.steps
+        if self.cfg.minutes is not None:
+            done = max(done, self.elapsed / (60 * self.cfg.minutes))
+        return done
+
+    def train_step(self) -> float:
+        cfg = self.cfg
+        lr = learning_rate(self.progress_fraction(), cfg.lr, cfg.warmup)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        self.model.train()
+        total = 0.0
+        for _ in range(cfg.grad_accum):
+            x, y = data.get_batch(self.train_tokens, cfg.batch_size, cfg.block_size, self.generator, self.device)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+                logits = self.forward(x)
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+            (loss / cfg.grad_accum).backward()
+            total += loss.item() / cfg.grad_accum
+        if not math.isfinite(total):
+            self.opt.zero_grad(set_to_none=True)
+            raise FloatingPointError(f"the training loss became {total} at step {self.step + 1}; the last good "
+                                     f"checkpoint is in {self.out / 'checkpoint'} (try a lower --lr)")
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.step += 1
+        return total
+
+    def evaluate_and_sample(self) -> dict:
+        result = evaluate(self.model, self.valid_tokens, self.cfg.block_size, self.nbytes, self.cfg.eval_batch,
+                          self.device)
+        story = generate(self.model, self.tokenizer, self.cfg.prompt, self.cfg.sample_tokens, seed=0)
+        with open(self.out / "samples.txt", "a") as f:
+            f.write(f"--- step {self.step}, held-out {result['nats_per_token']:.3f} nats/token\n{story}\n\n")
+        if result["nats_per_token"] < self.best:
+            self.best = result["nats_per_token"]
+            self.model.save_pretrained(self.out / "best", self.tokenizer)
+        return result
+
+    def finished(self) -> bool:
+        return self.step >= self.cfg.steps or (self.cfg.minutes is not None and
+                                               self.elapsed >= 60 * self.cfg.minutes)
+
+    def run(self) -> dict:
+        """Train until the budget is spent; evaluate every `eval_every` steps and at the end. Returns the last
+        evaluation. Ctrl-C saves a checkpoint first; a NaN loss stops the run and keeps the last good checkpoint."""
+        from tqdm.auto import tqdm
+        cfg = self.cfg
+        tokens_per_step = cfg.batch_size * cfg.block_size * cfg.grad_accum
+        by_clock = cfg.minutes is not None                # then the bar counts seconds, so its ETA is right
+        bar = tqdm(total=round(60 * cfg.minutes) if by_clock else cfg.steps,
+                   initial=round(self.elapsed) if by_clock else self.step, unit="s" if by_clock else "step",
+                   disable=not self.progress, desc=self.out.name)
+        last = {}
+        try:
+            while not self.finished():
+                start = time.perf_counter()
+                loss = self.train_step()
+                seconds = time.perf_counter() - start
+                self.elapsed += seconds
+                record = {"step": self.step, "tokens": self.step * tokens_per_step, "train_loss": loss,
+                          "lr": self.opt.param_groups[0]["lr"], "tokens_per_s": tokens_per_step / seconds,
+                          "elapsed_s": self.elapsed}
+                self.log(record)
+                bar.update(min(round(self.elapsed) - bar.n, bar.total - bar.n) if by_clock else 1)
+                bar.set_postfix(step=self.step, loss=f"{loss:.3f}", tok_s=f"{record['tokens_per_s']:,.0f}")
+                if self.step % cfg.eval_every == 0 or self.finished():
+                    last = self.evaluate_and_sample()
+                    self.log({"step": self.step, "tokens": self.step * tokens_per_step, "elapsed_s": self.elapsed,
+                              **{f"valid_{k}": v for k, v in last.items()}})
+                    self.save_checkpoint()
+                    if not self.quiet:
+                        bar.write(f"step {self.step}: held-out {last['nats_per_token']:.4f} nats/token, "
+                                  f"perplexity {last['perplexity']:.2f}, {last['bits_per_byte']:.4f} bits/byte")
+        except KeyboardInterrupt:
+            self.save_checkpoint()
+            bar.close()
+            print(f"\ninterrupted at step {self.step}: saved {self.out / 'checkpoint'}; continue with --resume")
+            raise
+        bar.close()
+        plot_run(self.out)
+        return last
+
+
+def read_metrics(out: str | Path) -> list[dict]:
+    """The records of a run's metrics.jsonl."""
+    return [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+
+
+def plot_run(out: str | Path) -> None:
+    """loss.png: training loss (smoothed) and held-out loss against tokens seen."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    records = read_metrics(out)
+    train = [r for r in records if "train_loss" in r]
+    valid = [r for r in records if "valid_nats_per_token" in r]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    losses = np.array([r["train_loss"] for r in train])
+    k = max(1, len(losses) // 50)
+    smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
+    ax.plot([r["tokens"] for r in train][k - 1:], smooth, label="training (running mean)")
+    ax.plot([r["tokens"] for r in valid], [r["valid_nats_per_token"] for r in valid], "o-", label="held out")
+    ax.set_xlabel("tokens seen"); ax.set_ylabel("nats / token"); ax.legend(); ax.set_title(Path(out).name)
+    fig.tight_layout()
+    fig.savefig(Path(out) / "loss.png", dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    quick = quick_mode()
+    parser = argparse.ArgumentParser(prog="python -m minwiola.train", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=None, help="run folder (default: runs/PRESET)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out")
+    parser.add_argument("--overwrite", action="store_true", help="replace whatever run --out holds")
+    parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="model config overrides, e.g. --set dropout=0.1 atm=off")
+    defaults = TrainConfig()
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in ("overrides", "betas"):
+            continue
+        kind = {bool: "flag", int: int, float: float, str: str}.get(type(getattr(defaults, f.name)), float)
+        flag = "--" + f.name.replace("_", "-")
+        if kind == "flag":
+            parser.add_argument(flag, action="store_true")
+        else:
+            parser.add_argument(flag, type=kind, default=getattr(defaults, f.name))
+    args = parser.parse_args(argv)
+    overrides = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        try:
+            overrides[key] = json.loads(value)          # numbers, true/false, null
+        except json.JSONDecodeError:
+            overrides[key] = value                      # a plain word: "off", "causal", ...
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+              if f.name not in ("overrides", "betas")}
+    if quick:                                   # CI: the same code path, a few steps
+        values.update(steps=min(values["steps"], 20), minutes=None, eval_every=10)
+    cfg = TrainConfig(**values, overrides=overrides)
+    out = args.out or f"runs/{cfg.preset}"
+    try:
+        trainer = Trainer(cfg, out, resume=args.resume, overwrite=args.overwrite)
+        source = data.describe_source()
+        print(f"{cfg.preset}: {trainer.model.n_params():,} parameters on {trainer.device}; data: {source}")
+        if data.find_data_dir() is None:
+            print(f"(not TinyStories: fetch it with `{data.DOWNLOAD_HINT}`)")
+        result = trainer.run()
+    except (RunFolderError, FloatingPointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    print(f"done: {trainer.step} steps, held-out {result['nats_per_token']:.4f} nats/token, perplexity "
+          f"{result['perplexity']:.2f}, {result['bits_per_byte']:.4f} bits/byte; best weights in {out}/best")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,173 @@
+"""The trainer (issue 7): schedule, weight-decay groups, evaluation, exact resume, NaN stop, run folders, CLI."""
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from minwiola import train
+from minwiola.corpus import builtin_stories
+from minwiola.model import LanguageModel, preset
+from minwiola.train import TrainConfig, Trainer, evaluate, learning_rate, parameter_groups, token_bytes
+
+
+@pytest.fixture
+def small_data(tmp_path, monkeypatch):
+    """A private data folder with a few hundred generated stories, and a private token cache."""
+    folder = tmp_path / "stories"
+    folder.mkdir()
+    stories = builtin_stories("train", 400)
+    (folder / "train.txt").write_text("\n<|endoftext|>\n".join(stories[:360]))
+    (folder / "valid.txt").write_text("\n<|endoftext|>\n".join(stories[360:]))
+    monkeypatch.setenv("MINWIOLA_DATA", str(folder))
+    monkeypatch.setenv("MINWIOLA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MINWIOLA_QUICK", raising=False)
+    return folder
+
+
+def tiny(**changes) -> TrainConfig:
+    settings = dict(preset="wiola-yocto", overrides={"d": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1,
+                                                       "d_ff_a": 16, "d_ff": 48, "context": 64},
+                    steps=12, batch_size=4, block_size=32, eval_every=6, lr=3e-3, sample_tokens=8)
+    settings.update(changes)
+    return TrainConfig(**settings)
+
+
+def test_learning_rate_follows_eq_43():
+    assert learning_rate(0.0, 1.0, 0.05) == 0.0
+    assert abs(learning_rate(0.025, 1.0, 0.05) - 0.5) < 1e-12                  # halfway through warmup
+    assert abs(learning_rate(0.05, 1.0, 0.05) - 1.0) < 1e-12                   # the peak
+    assert abs(learning_rate(0.525, 1.0, 0.05) - 0.5) < 1e-12                  # halfway down the cosine
+    assert learning_rate(1.0, 1.0, 0.05) < 1e-12                               # zero at the end
+
+
+def test_weight_decay_skips_norms_offsets_biases_and_phi():
+    model = LanguageModel(preset("wiola-tiny", attn_bias=True))
+    decay, rest = parameter_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    no_decay = {names[id(p)].split(".")[-1] for p in rest["params"]}
+    assert no_decay == {"gamma", "delta", "bias", "phi"}
+    assert all(p.dim() == 2 for p in decay["params"]) and decay["weight_decay"] == 0.1
+    assert len(decay["params"]) + len(rest["params"]) == len(list(model.parameters()))
+
+
+def test_evaluation_covers_every_token_once_and_bits_per_byte():
+    torch.manual_seed(0)
+    model = LanguageModel(preset("tiny-llama")).eval()
+    tokens = np.random.default_rng(0).integers(0, 64, 1001).astype(np.uint16)
+    nbytes = torch.full((64,), 2)                                              # pretend every token is 2 bytes
+    result = evaluate(model, tokens, block_size=32, nbytes=nbytes, batch=7)
+    assert result["tokens"] == 1000 and result["bytes"] == 2000               # 1000 predictions, the tail included
+    expected = sum(torch.nn.functional.cross_entropy(model(torch.tensor(tokens[s:s + 33][None, :-1].astype(np.int64))
+                                                           )[0], torch.tensor(tokens[s + 1:s + 33].astype(np.int64)),
+                                                     reduction="sum").item()
+                   for s in range(0, 1000, 32) if s + 32 <= 1000)
+    tail = torch.tensor(tokens[992:1001].astype(np.int64))
+    expected += torch.nn.functional.cross_entropy(model(tail[None, :-1])[0], tail[1:], reduction="sum").item()
+    assert abs(result["nats_per_token"] - expected / 1000) < 1e-5
+    assert abs(result["perplexity"] - math.exp(result["nats_per_token"])) < 1e-9
+    assert abs(result["bits_per_byte"] - expected / math.log(2) / 2000) < 1e-5
+
+
+def test_token_bytes_count_text_not_specials():
+    from minwiola.tokenizer import default_tokenizer
+    tok = default_tokenizer()
+    sizes = token_bytes(tok)
+    ids = tok.encode("Once upon a time, Lily")
+    assert int(sizes[ids].sum()) == len("Once upon a time, Lily".encode())
+    assert sizes[tok.eot_id] == 0
+
+
+def test_a_run_folder_holds_what_it_should(small_data, tmp_path):
+    out = tmp_path / "run"
+    last = Trainer(tiny(), out, progress=False, quiet=True).run()
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if "valid_nats_per_token" in r]
+    assert [r["step"] for r in evals] == [6, 12] and len([r for r in records if "train_loss" in r]) == 12
+    assert evals[-1]["valid_nats_per_token"] == last["nats_per_token"] < math.log(4096)
+    for name in ("config.json", "loss.png", "samples.txt", "checkpoint/model.safetensors", "best/model.safetensors",
+                 "checkpoint/trainer_state.pt", "best/tokenizer.bpe"):
+        assert (out / name).is_file(), name
+    assert json.loads((out / "config.json").read_text())["train"]["steps"] == 12
+    assert LanguageModel.from_pretrained(out / "best").tokenizer is not None
+
+
+def test_resume_continues_the_exact_same_run(small_data, tmp_path):
+    cfg = tiny(overrides={**tiny().overrides, "dropout": 0.1})      # dropout: the random state must resume too
+    whole = Trainer(cfg, tmp_path / "whole", progress=False, quiet=True)
+    whole.run()
+    part = Trainer(cfg, tmp_path / "part", progress=False, quiet=True)
+    part.finished = lambda: part.step >= 6                         # stop after the first checkpoint, as if killed
+    part.run()
+    resumed = Trainer(cfg, tmp_path / "part", resume=True, progress=False, quiet=True)
+    assert resumed.step == 6
+    resumed.run()
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    lines = (tmp_path / "part" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [json.loads(x)["step"] for x in
+                                                      (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(small_data, tmp_path):
+    trainer = Trainer(tiny(), tmp_path / "run", progress=False, quiet=True)
+    original = trainer.train_step
+
+    def poisoned():
+        if trainer.step == 8:                                      # after the checkpoint at step 6
+            with torch.no_grad():
+                trainer.model.embed.weight.fill_(float("nan"))
+        return original()
+
+    trainer.train_step = poisoned
+    with pytest.raises(FloatingPointError, match="step 9.*last good checkpoint"):
+        trainer.run()
+    state = torch.load(tmp_path / "run" / "checkpoint" / "trainer_state.pt", weights_only=True)
+    assert state["step"] == 6
+    assert not LanguageModel.from_pretrained(tmp_path / "run" / "checkpoint").embed.weight.isnan().any()
+
+
+def test_a_folder_with_another_run_is_refused(small_data, tmp_path):
+    Trainer(tiny(steps=2, eval_every=2), tmp_path / "run", progress=False, quiet=True).run()
+    with pytest.raises(train.RunFolderError, match="already holds a run"):
+        Trainer(tiny(steps=2, eval_every=2), tmp_path / "run", progress=False)
+    with pytest.raises(train.RunFolderError, match="different config"):
+        Trainer(tiny(steps=3, eval_every=2), tmp_path / "run", resume=True, progress=False)
+    with pytest.raises(train.RunFolderError, match="nothing to resume"):
+        Trainer(tiny(), tmp_path / "empty", resume=True, progress=False)
+    Trainer(tiny(steps=3, eval_every=3), tmp_path / "run", overwrite=True, progress=False, quiet=True).run()
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="steps"):
+        TrainConfig(steps=0)
+    with pytest.raises(ValueError, match="warmup"):
+        TrainConfig(warmup=1.0)
+    with pytest.raises(ValueError, match="unknown preset"):
+        TrainConfig(preset="gpt5").model_config()
+
+
+def test_command_line_trains_and_generate_writes_a_story(small_data, tmp_path, capsys):
+    from minwiola.generate import main as generate_main
+    out = tmp_path / "cli"
+    args = ["--out", str(out), "--steps", "4", "--eval-every", "2", "--batch-size", "2", "--block-size", "16",
+            "--sample-tokens", "4", "--set", "d=32", "n_layers=2", "n_heads=2", "n_kv_heads=1", "d_ff_a=16",
+            "d_ff=48", "atm=off"]
+    assert train.main(args) == 0
+    assert "held-out" in capsys.readouterr().out
+    assert json.loads((out / "config.json").read_text())["model"]["atm"] == "off"
+    assert train.main(args) == 1                                    # the folder already holds that run
+    assert "already holds a run" in capsys.readouterr().err
+    assert generate_main([str(out), "Once upon a time", "--tokens", "5", "--seed", "1"]) == 0
+    assert capsys.readouterr().out.startswith("Once upon a time")
+
+
+def test_main_job_trains_a_wiola_and_prints_stories(small_data, tmp_path, capsys, monkeypatch):
+    from minwiola.__main__ import main
+    monkeypatch.setenv("MINWIOLA_QUICK", "1")                       # a few steps, as in CI
+    out = tmp_path / "main"
+    assert main(["--out", str(out), "--batch-size", "4", "--block-size", "64"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("--- story") == 3 and "Once upon a time" in printed
+    assert json.loads((out / "config.json").read_text())["train"]["preset"] == "wiola-yocto"
