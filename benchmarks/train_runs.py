@@ -11,6 +11,7 @@ their mean and spread (max - min), the steps and tokens seen, and the command, h
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -46,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default=str(ROOT / "runs" / "compare"))
     parser.add_argument("--result", default=str(ROOT / "results" / "train_runs.json"))
     args = parser.parse_args(argv)
+    # the code that trains is the code at launch: record that commit, not the one at the end
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     summary = {}
     for name in args.presets:
         seeds = {}
@@ -66,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                          "mean_bits_per_byte": statistics.mean(bpb), "spread_bits_per_byte": max(bpb) - min(bpb),
                          "mean_nats_per_token": statistics.mean(nats), "spread_nats_per_token": max(nats) - min(nats)}
     result = {"command": "python benchmarks/train_runs.py" + "".join(" " + a for a in sys.argv[1:]),
+              "commit": commit.stdout.strip() or "unknown",
               "hardware": hardware() if not torch.cuda.is_available() else torch.cuda.get_device_name(),
               "torch": torch.__version__, "data": data.describe_source(), "minutes": args.minutes,
               "dropout": args.dropout, "presets": summary}
