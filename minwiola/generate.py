@@ -12,6 +12,7 @@ Both give the same tokens (tested); the cache is faster (benchmarks/generation_b
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
@@ -91,6 +92,9 @@ def generate(model: LanguageModel, tokenizer, prompt: str, max_new_tokens: int =
     The prompt is preceded by `<|endoftext|>`, as every story in the training data is.
     """
     start = [tokenizer.eot_id] + tokenizer.encode(prompt)
+    if len(start) > model.config.context:
+        raise ValueError(f"the prompt is {len(start)} tokens (with the leading <|endoftext|>), longer than the "
+                         f"model's context={model.config.context}; shorten it")
     device = next(model.parameters()).device
     idx = torch.tensor([start], dtype=torch.long, device=device)
     room = model.config.context - len(start)
@@ -102,26 +106,32 @@ def generate(model: LanguageModel, tokenizer, prompt: str, max_new_tokens: int =
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m minwiola.generate RUN_DIR "Once upon a time"`: write a story with a trained model (the run's best
-    weights, or a folder written by `save_pretrained`)."""
+    """`python -m minwiola.generate RUN_DIR "Once upon a time"`: write a story with a trained model: a run folder's
+    best weights (its latest checkpoint if it has no best yet), or a folder written by `save_pretrained`."""
     from .tokenizer import default_tokenizer
-    parser = argparse.ArgumentParser(prog="python -m minwiola.generate", description=main.__doc__.split("\n")[0])
-    parser.add_argument("run", help="a run folder (its best/ weights are used) or a save_pretrained folder")
-    parser.add_argument("prompt", nargs="?", default="Once upon a time")
-    parser.add_argument("--tokens", type=int, default=200, help="at most this many new tokens")
-    parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--top-p", type=float, default=0.95)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = argparse.ArgumentParser(prog="python -m minwiola.generate", description=main.__doc__.split(":")[0])
+    parser.add_argument("run", help="a run folder (its best/ weights, else checkpoint/) or a save_pretrained folder")
+    parser.add_argument("prompt", nargs="?", default="Once upon a time", help="the story's first words")
+    parser.add_argument("--tokens", type=int, default=200, help="at most this many new tokens (default 200)")
+    parser.add_argument("--temperature", type=float, default=0.8, help="0 is greedy (default 0.8)")
+    parser.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens only")
+    parser.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
+    parser.add_argument("--seed", type=int, default=0, help="the same seed writes the same story")
     args = parser.parse_args(argv)
     folder = Path(args.run)
-    if (folder / "best" / "model.safetensors").is_file():
-        folder = folder / "best"
-    model = LanguageModel.from_pretrained(folder)
-    tokenizer = model.tokenizer or default_tokenizer()
-    print(generate(model, tokenizer, args.prompt, args.tokens, args.temperature, args.top_k, args.top_p, args.seed))
+    for inner in ("best", "checkpoint"):
+        if (folder / inner / "model.safetensors").is_file():
+            folder = folder / inner
+            break
+    try:
+        model = LanguageModel.from_pretrained(folder)
+        tokenizer = model.tokenizer or default_tokenizer()
+        print(generate(model, tokenizer, args.prompt, args.tokens, args.temperature, args.top_k, args.top_p,
+                       args.seed))
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

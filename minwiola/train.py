@@ -17,7 +17,11 @@ Evaluation runs over the *whole* held-out split, cut into consecutive windows of
 nats/token, perplexity exp(nats/token) and bits per byte (total nats / ln 2 / bytes of the predicted text), which
 compares models with different tokenizers. A run folder holds config.json, metrics.jsonl (one JSON object per log
 or evaluation), checkpoint/ (the latest state: weights, optimizer, random states) and best/ (the weights with the
-lowest held-out loss), samples.txt and loss.png. `--resume` continues a run exactly where it stopped.
+lowest held-out loss, and best/eval.json saying at which step), samples.txt and loss.png.
+
+`--resume` continues from the last checkpoint (saved at every evaluation and on Ctrl-C). A run budgeted by steps
+then ends with exactly the weights an uninterrupted run would have; a run budgeted by minutes follows the clock, so
+it ends wherever the time runs out.
 """
 from __future__ import annotations
 
@@ -26,7 +30,9 @@ import dataclasses
 import json
 import math
 import shutil
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +66,7 @@ class TrainConfig:
     clip: float = 1.0
     eval_every: int = 250                 # steps between evaluations (and checkpoints)
     eval_batch: int = 32                  # windows per evaluation forward
+    eval_max_windows: int | None = None   # None: the whole held-out split; a number caps it (a huge split)
     seed: int = 0
     device: str = "auto"                  # "auto" (cuda, then mps, then cpu), or a torch device name
     compile: bool = False                 # torch.compile the model (off by default: slow to start, CPU gains little)
@@ -69,9 +76,12 @@ class TrainConfig:
 
     def __post_init__(self):
         self.betas = tuple(self.betas)
-        for name in ("steps", "batch_size", "block_size", "grad_accum", "eval_every", "eval_batch"):
+        for name in ("steps", "batch_size", "block_size", "grad_accum", "eval_every", "eval_batch", "sample_tokens"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
+        if self.eval_max_windows is not None and not (isinstance(self.eval_max_windows, int)
+                                                      and self.eval_max_windows >= 1):
+            raise ValueError(f"eval_max_windows must be a positive int or None, got {self.eval_max_windows!r}")
         if self.minutes is not None and not self.minutes > 0:
             raise ValueError(f"minutes must be > 0 or None, got {self.minutes}")
         if not 0 <= self.warmup < 1:
@@ -125,6 +135,8 @@ def evaluate(model: LanguageModel, tokens: np.ndarray, block_size: int, nbytes: 
     was_training = model.training
     model.eval()
     n = len(tokens) - 1                                        # tokens that have a next token to predict
+    if n < 1:
+        raise ValueError(f"the held-out split has {len(tokens)} token(s): nothing to evaluate")
     starts = list(range(0, n, block_size))[:max_windows]
     full = [s for s in starts if s + block_size <= n]
     groups = [(full[i:i + batch], block_size) for i in range(0, len(full), batch)]
@@ -153,16 +165,20 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, out: str | Path, resume: bool = False, overwrite: bool = False,
                  progress: bool = True, quiet: bool = False):
         self.cfg, self.out, self.progress, self.quiet = cfg, Path(out), progress, quiet
-        self.prepare_folder(resume, overwrite)
-        torch.manual_seed(cfg.seed)
-        self.device = pick_device(cfg.device)
         self.tokenizer = default_tokenizer()
-        model_cfg = cfg.model_config()
+        model_cfg = cfg.model_config()                    # every setting is checked before the folder is touched
         if model_cfg.vocab_size < self.tokenizer.vocab_size:
             raise ValueError(f"preset {cfg.preset!r} has vocab_size={model_cfg.vocab_size}, fewer than the "
                              f"tokenizer's {self.tokenizer.vocab_size}")
         if cfg.block_size > model_cfg.context:
             raise ValueError(f"block_size={cfg.block_size} exceeds the model's context={model_cfg.context}")
+        prompt = 1 + len(self.tokenizer.encode(cfg.prompt))            # samples start with <|endoftext|>
+        if prompt >= model_cfg.context:
+            raise ValueError(f"the sample prompt is {prompt} tokens, leaving no room in context={model_cfg.context}")
+        self.device = pick_device(cfg.device)
+        self.prepare_folder(resume, overwrite)
+        torch.manual_seed(cfg.seed)
+        self.stop_requested = False                       # set by Ctrl-C; the loop stops at the next step boundary
         self.model = LanguageModel(model_cfg).to(self.device)
         self.model.activation_checkpointing = cfg.activation_checkpointing
         self.forward = torch.compile(self.model) if cfg.compile else self.model
@@ -181,11 +197,18 @@ class Trainer:
         config_file = self.out / "config.json"
         wanted = dataclasses.asdict(self.cfg)
         if config_file.exists():
-            held = json.loads(config_file.read_text())["train"]
-            if resume:
-                if held != json.loads(json.dumps(wanted)):
-                    raise RunFolderError(f"{self.out} holds a run with a different config; resume it with the same "
-                                         "settings, or use --overwrite to start over")
+            held = json.loads(config_file.read_text()).get("train")
+            if not isinstance(held, dict) and not overwrite:
+                raise RunFolderError(f"{config_file} is not a minwiola run's config (no \"train\" settings); pick "
+                                     "another --out, or --overwrite to replace the folder")
+            if resume and isinstance(held, dict):
+                wanted = json.loads(json.dumps(wanted))                 # tuples -> lists, as stored
+                changed = sorted(k for k in wanted.keys() | held.keys() if wanted.get(k) != held.get(k))
+                if changed:
+                    raise RunFolderError(f"{self.out} holds a run with a different config ("
+                                         + ", ".join(f"{k}: {held.get(k)!r} there, {wanted.get(k)!r} now"
+                                                     for k in changed)
+                                         + "); resume it with the same settings, or --overwrite to start over")
                 return
             if not overwrite:
                 raise RunFolderError(f"{self.out} already holds a run; pass --resume to continue it or --overwrite "
@@ -198,6 +221,15 @@ class Trainer:
         config_file.write_text(json.dumps({"train": wanted, "model": model_cfg, "data": data.describe_source(),
                                            "command": " ".join(sys.argv)}, indent=2) + "\n")
 
+    def random_states(self) -> dict:
+        """Every random state a step draws from: torch's (dropout), the data sampler's, and the accelerator's."""
+        states = {"torch_rng": torch.get_rng_state(), "data_rng": self.generator.get_state(), "cuda_rng": []}
+        if self.device.type == "cuda":
+            states["cuda_rng"] = torch.cuda.get_rng_state_all()
+        if self.device.type == "mps":
+            states["mps_rng"] = torch.mps.get_rng_state()
+        return states
+
     def log(self, record: dict) -> None:
         with open(self.out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
@@ -205,31 +237,46 @@ class Trainer:
     # ------------------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> None:
         """Write the whole state to checkpoint.tmp/, then swap it in, so a crash mid-write keeps the old one."""
-        tmp, final = self.out / "checkpoint.tmp", self.out / "checkpoint"
+        self.save_atomically("checkpoint", lambda tmp: torch.save(
+            {"optimizer": self.opt.state_dict(), "step": self.step, "elapsed": self.elapsed, "best": self.best,
+             **self.random_states()}, tmp / "trainer_state.pt"))
+
+    def save_atomically(self, name: str, extra) -> None:
+        """Write the weights (and `extra(folder)`) to NAME.tmp/, move the old NAME/ aside to NAME.old/, move the new
+        one in, then delete the old: at every instant a complete NAME/ or NAME.old/ exists."""
+        tmp, final, old = self.out / f"{name}.tmp", self.out / name, self.out / f"{name}.old"
         shutil.rmtree(tmp, ignore_errors=True)
         self.model.save_pretrained(tmp, self.tokenizer)
-        torch.save({"optimizer": self.opt.state_dict(), "step": self.step, "elapsed": self.elapsed,
-                    "best": self.best, "torch_rng": torch.get_rng_state(),
-                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                    "data_rng": self.generator.get_state()}, tmp / "trainer_state.pt")
-        shutil.rmtree(final, ignore_errors=True)
+        extra(tmp)
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
         tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
 
     def load_checkpoint(self) -> None:
         folder = self.out / "checkpoint"
         if not (folder / "trainer_state.pt").is_file():
+            folder = self.out / "checkpoint.old"              # a crash in the middle of the swap
+        if not (folder / "trainer_state.pt").is_file():
             raise RunFolderError(f"{self.out} has no checkpoint to resume from")
         self.model.load_state_dict(LanguageModel.from_pretrained(folder).state_dict())
-        state = torch.load(folder / "trainer_state.pt", weights_only=True)
+        state = torch.load(folder / "trainer_state.pt", weights_only=True, map_location="cpu")
         self.opt.load_state_dict(state["optimizer"])
         self.step, self.elapsed, self.best = state["step"], state["elapsed"], state["best"]
         torch.set_rng_state(state["torch_rng"])
-        if state["cuda_rng"]:
+        if state["cuda_rng"] and self.device.type == "cuda":
             torch.cuda.set_rng_state_all(state["cuda_rng"])
+        if "mps_rng" in state and self.device.type == "mps":
+            torch.mps.set_rng_state(state["mps_rng"])
         self.generator.set_state(state["data_rng"])
-        lines = (self.out / "metrics.jsonl").read_text().splitlines() if (self.out / "metrics.jsonl").exists() else []
-        kept = [line for line in lines if json.loads(line)["step"] <= self.step]   # drop logs after the checkpoint
-        (self.out / "metrics.jsonl").write_text("".join(line + "\n" for line in kept))
+        # logs and samples written after the checkpoint belong to steps that will be trained again
+        kept = [r for r in read_metrics(self.out) if r["step"] <= self.step]
+        (self.out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+        samples = self.out / "samples.txt"
+        if samples.exists():
+            blocks = samples.read_text().split("--- step ")[1:]
+            samples.write_text("".join("--- step " + b for b in blocks if int(b.split(",")[0]) <= self.step))
 
     # -------------------------------------------------------------------------------------------- steps
     def progress_fraction(self) -> float:
@@ -252,11 +299,13 @@ class Trainer:
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
             (loss / cfg.grad_accum).backward()
             total += loss.item() / cfg.grad_accum
-        if not math.isfinite(total):
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
+        if not (math.isfinite(total) and math.isfinite(norm.item())):   # a finite loss can still have inf grads
             self.opt.zero_grad(set_to_none=True)
-            raise FloatingPointError(f"the training loss became {total} at step {self.step + 1}; the last good "
-                                     f"checkpoint is in {self.out / 'checkpoint'} (try a lower --lr)")
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
+            what = f"the training loss became {total}" if not math.isfinite(total) else \
+                f"the gradient norm became {norm.item()}"
+            raise FloatingPointError(f"{what} at step {self.step + 1}; the last good checkpoint is in "
+                                     f"{self.out / 'checkpoint'} (start again with --overwrite and a lower --lr)")
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
@@ -264,14 +313,21 @@ class Trainer:
 
     def evaluate_and_sample(self) -> dict:
         result = evaluate(self.model, self.valid_tokens, self.cfg.block_size, self.nbytes, self.cfg.eval_batch,
-                          self.device)
+                          self.device, self.cfg.eval_max_windows)
         story = generate(self.model, self.tokenizer, self.cfg.prompt, self.cfg.sample_tokens, seed=0)
         with open(self.out / "samples.txt", "a") as f:
             f.write(f"--- step {self.step}, held-out {result['nats_per_token']:.3f} nats/token\n{story}\n\n")
         if result["nats_per_token"] < self.best:
             self.best = result["nats_per_token"]
-            self.model.save_pretrained(self.out / "best", self.tokenizer)
+            record = json.dumps({"step": self.step, **result}, indent=2)
+            self.save_atomically("best", lambda tmp: (tmp / "eval.json").write_text(record + "\n"))
         return result
+
+    def request_stop(self, signum=None, frame=None) -> None:
+        """Ctrl-C during `run`: finish the current step, save a checkpoint, stop. A second Ctrl-C stops at once."""
+        if self.stop_requested:
+            raise KeyboardInterrupt
+        self.stop_requested = True
 
     def finished(self) -> bool:
         return self.step >= self.cfg.steps or (self.cfg.minutes is not None and
@@ -279,7 +335,24 @@ class Trainer:
 
     def run(self) -> dict:
         """Train until the budget is spent; evaluate every `eval_every` steps and at the end. Returns the last
-        evaluation. Ctrl-C saves a checkpoint first; a NaN loss stops the run and keeps the last good checkpoint."""
+        evaluation (of a run that had already finished: the one it logged). Ctrl-C lets the current step finish,
+        saves a checkpoint and raises KeyboardInterrupt; a NaN or inf stops the run and keeps the last good
+        checkpoint. The first step's time includes one-off start-up costs (and compilation, with `compile`)."""
+        evals = [r for r in read_metrics(self.out) if "valid_nats_per_token" in r] if self.step else []
+        last = {k[len("valid_"):]: v for k, v in evals[-1].items() if k.startswith("valid_")} if evals else {}
+        if self.finished():
+            return last
+        # Ctrl-C sets a flag that is read between steps, so a checkpoint never holds half a step
+        # (signal handlers can only be installed from the main thread; elsewhere Ctrl-C is left alone)
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, self.request_stop) if main_thread else None
+        try:
+            return self.train_loop(last)
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGINT, previous)
+
+    def train_loop(self, last: dict) -> dict:
         from tqdm.auto import tqdm
         cfg = self.cfg
         tokens_per_step = cfg.batch_size * cfg.block_size * cfg.grad_accum
@@ -287,9 +360,13 @@ class Trainer:
         bar = tqdm(total=round(60 * cfg.minutes) if by_clock else cfg.steps,
                    initial=round(self.elapsed) if by_clock else self.step, unit="s" if by_clock else "step",
                    disable=not self.progress, desc=self.out.name)
-        last = {}
         try:
             while not self.finished():
+                if self.stop_requested:
+                    self.save_checkpoint()
+                    bar.write(f"interrupted at step {self.step}: saved {self.out / 'checkpoint'}; continue with "
+                              "--resume")
+                    raise KeyboardInterrupt
                 start = time.perf_counter()
                 loss = self.train_step()
                 seconds = time.perf_counter() - start
@@ -308,19 +385,25 @@ class Trainer:
                     if not self.quiet:
                         bar.write(f"step {self.step}: held-out {last['nats_per_token']:.4f} nats/token, "
                                   f"perplexity {last['perplexity']:.2f}, {last['bits_per_byte']:.4f} bits/byte")
-        except KeyboardInterrupt:
-            self.save_checkpoint()
+        finally:
             bar.close()
-            print(f"\ninterrupted at step {self.step}: saved {self.out / 'checkpoint'}; continue with --resume")
-            raise
-        bar.close()
         plot_run(self.out)
         return last
 
 
 def read_metrics(out: str | Path) -> list[dict]:
-    """The records of a run's metrics.jsonl."""
-    return [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+    """The records of a run's metrics.jsonl (none if there is no file yet). A last line cut short by a crash is
+    skipped; a broken line anywhere else is an error."""
+    path = Path(out) / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    records = []
+    for i, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise ValueError(f"{path} line {i + 1} is not JSON: {line[:80]!r}") from None
+    return records
 
 
 def plot_run(out: str | Path) -> None:
@@ -343,46 +426,63 @@ def plot_run(out: str | Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    quick = quick_mode()
+def command_line() -> argparse.ArgumentParser:
+    """One option per TrainConfig field (--batch-size for batch_size, ...), plus the folder options and --set."""
     parser = argparse.ArgumentParser(prog="python -m minwiola.train", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=None, help="run folder (default: runs/PRESET)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace whatever run --out holds")
-    parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
-                        help="model config overrides, e.g. --set dropout=0.1 atm=off")
+    parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="FIELD=VALUE",
+                        help="model config overrides, e.g. --set dropout=0.1 atm=off (may be repeated)")
     defaults = TrainConfig()
+    kinds = {"int": int, "float": float, "str": str, "int | None": int, "float | None": float}
     for f in dataclasses.fields(TrainConfig):
         if f.name in ("overrides", "betas"):
             continue
-        kind = {bool: "flag", int: int, float: float, str: str}.get(type(getattr(defaults, f.name)), float)
         flag = "--" + f.name.replace("_", "-")
-        if kind == "flag":
+        if f.type == "bool":
             parser.add_argument(flag, action="store_true")
         else:
-            parser.add_argument(flag, type=kind, default=getattr(defaults, f.name))
-    args = parser.parse_args(argv)
+            parser.add_argument(flag, type=kinds[f.type], default=getattr(defaults, f.name),
+                                help=f"default: {getattr(defaults, f.name)}")
+    return parser
+
+
+def parse_overrides(parser: argparse.ArgumentParser, items: list[str]) -> dict:
+    """["dropout=0.1", "atm=off"] -> {"dropout": 0.1, "atm": "off"}: JSON values where they parse, else words."""
     overrides = {}
-    for item in args.set:
-        key, _, value = item.partition("=")
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--set takes FIELD=VALUE, got {item!r}")
         try:
             overrides[key] = json.loads(value)          # numbers, true/false, null
         except json.JSONDecodeError:
             overrides[key] = value                      # a plain word: "off", "causal", ...
+    return overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = command_line()
+    args = parser.parse_args(argv)
+    overrides = parse_overrides(parser, args.set)
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
               if f.name not in ("overrides", "betas")}
-    if quick:                                   # CI: the same code path, a few steps
+    if quick_mode():                            # CI: the same code path, a few steps
         values.update(steps=min(values["steps"], 20), minutes=None, eval_every=10)
-    cfg = TrainConfig(**values, overrides=overrides)
-    out = args.out or f"runs/{cfg.preset}"
+    out = args.out or f"runs/{values['preset']}"
     try:
+        cfg = TrainConfig(**values, overrides=overrides)
         trainer = Trainer(cfg, out, resume=args.resume, overwrite=args.overwrite)
-        source = data.describe_source()
-        print(f"{cfg.preset}: {trainer.model.n_params():,} parameters on {trainer.device}; data: {source}")
+        if trainer.finished():
+            print(f"{out} holds a finished run ({trainer.step} steps); its best weights are in {out}/best")
+            return 0
+        print(f"{cfg.preset}: {trainer.model.n_params():,} parameters on {trainer.device}; "
+              f"data: {data.describe_source()}")
         if data.find_data_dir() is None:
             print(f"(not TinyStories: fetch it with `{data.DOWNLOAD_HINT}`)")
         result = trainer.run()
-    except (RunFolderError, FloatingPointError) as e:
+    except (ValueError, FloatingPointError) as e:           # settings, folders (RunFolderError), NaN
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -390,7 +490,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"done: {trainer.step} steps, held-out {result['nats_per_token']:.4f} nats/token, perplexity "
           f"{result['perplexity']:.2f}, {result['bits_per_byte']:.4f} bits/byte; best weights in {out}/best")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

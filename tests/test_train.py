@@ -91,6 +91,9 @@ def test_a_run_folder_holds_what_it_should(small_data, tmp_path):
         assert (out / name).is_file(), name
     assert json.loads((out / "config.json").read_text())["train"]["steps"] == 12
     assert LanguageModel.from_pretrained(out / "best").tokenizer is not None
+    best = json.loads((out / "best" / "eval.json").read_text())          # which evaluation the best weights had
+    assert best["nats_per_token"] == min(r["valid_nats_per_token"] for r in evals)
+    assert best["step"] in (6, 12) and not (out / "best.old").exists() and not (out / "checkpoint.tmp").exists()
 
 
 def test_resume_continues_the_exact_same_run(small_data, tmp_path):
@@ -134,6 +137,8 @@ def test_a_folder_with_another_run_is_refused(small_data, tmp_path):
         Trainer(tiny(steps=2, eval_every=2), tmp_path / "run", progress=False)
     with pytest.raises(train.RunFolderError, match="different config"):
         Trainer(tiny(steps=3, eval_every=2), tmp_path / "run", resume=True, progress=False)
+    with pytest.raises(train.RunFolderError, match="steps: 2 there, 3 now"):    # the differences are named
+        Trainer(tiny(steps=3, eval_every=2), tmp_path / "run", resume=True, progress=False)
     with pytest.raises(train.RunFolderError, match="nothing to resume"):
         Trainer(tiny(), tmp_path / "empty", resume=True, progress=False)
     Trainer(tiny(steps=3, eval_every=3), tmp_path / "run", overwrite=True, progress=False, quiet=True).run()
@@ -171,3 +176,115 @@ def test_main_job_trains_a_wiola_and_prints_stories(small_data, tmp_path, capsys
     printed = capsys.readouterr().out
     assert printed.count("--- story") == 3 and "Once upon a time" in printed
     assert json.loads((out / "config.json").read_text())["train"]["preset"] == "wiola-yocto"
+
+
+def test_ctrl_c_finishes_the_step_saves_and_resumes_exactly(small_data, tmp_path):
+    import os
+    import signal
+    cfg = tiny(overrides={**tiny().overrides, "dropout": 0.1})
+    whole = Trainer(cfg, tmp_path / "whole", progress=False, quiet=True)
+    whole.run()
+    part = Trainer(cfg, tmp_path / "part", progress=False, quiet=True)
+    original = part.train_step
+
+    def interrupted():                                # a real SIGINT arrives in the middle of step 4
+        if part.step == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original()
+
+    part.train_step = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        part.run()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler     # the handler is put back
+    state = torch.load(tmp_path / "part" / "checkpoint" / "trainer_state.pt", weights_only=True)
+    assert state["step"] == 4                          # step 4 was finished, then saved
+    resumed = Trainer(cfg, tmp_path / "part", resume=True, progress=False, quiet=True)
+    resumed.run()
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert (tmp_path / "part" / "samples.txt").read_text() == (tmp_path / "whole" / "samples.txt").read_text()
+
+
+def test_resuming_a_finished_run_returns_its_last_evaluation(small_data, tmp_path, capsys):
+    last = Trainer(tiny(), tmp_path / "run", progress=False, quiet=True).run()
+    again = Trainer(tiny(), tmp_path / "run", resume=True, progress=False, quiet=True)
+    assert again.finished() and again.run() == {k: last[k] for k in last}
+
+
+def test_a_resumed_run_drops_what_was_logged_after_its_checkpoint(small_data, tmp_path):
+    out = tmp_path / "run"
+    Trainer(tiny(), out, progress=False, quiet=True).run()
+    state = torch.load(out / "checkpoint" / "trainer_state.pt", weights_only=True)
+    state["step"] = 6                                  # pretend the process died just after step 6's checkpoint
+    torch.save(state, out / "checkpoint" / "trainer_state.pt")
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write('{"step": 13, "train_lo')              # and a line cut short by the crash
+    Trainer(tiny(), out, resume=True, progress=False, quiet=True)
+    assert max(r["step"] for r in train.read_metrics(out)) == 6
+    assert "--- step 12" not in (out / "samples.txt").read_text() and "--- step 6" in (out / "samples.txt").read_text()
+
+
+def test_an_infinite_gradient_stops_the_run_even_with_a_finite_loss(small_data, tmp_path):
+    trainer = Trainer(tiny(), tmp_path / "run", progress=False, quiet=True)
+    trainer.model.embed.weight.register_hook(lambda g: g * float("inf") if trainer.step == 7 else g)
+    with pytest.raises(FloatingPointError, match="gradient norm.*step 8.*lower --lr"):
+        trainer.run()
+    assert torch.load(tmp_path / "run" / "checkpoint" / "trainer_state.pt", weights_only=True)["step"] == 6
+
+
+def test_bad_settings_leave_an_existing_run_alone(small_data, tmp_path):
+    out = tmp_path / "run"
+    Trainer(tiny(steps=2, eval_every=2), out, progress=False, quiet=True).run()
+    with pytest.raises(ValueError, match="block_size=100 exceeds"):
+        Trainer(tiny(block_size=100), out, overwrite=True, progress=False)
+    with pytest.raises(ValueError, match="prompt"):
+        Trainer(tiny(prompt="Once upon a time " * 20), out, overwrite=True, progress=False)
+    assert (out / "checkpoint" / "model.safetensors").is_file()             # nothing was deleted
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.json").write_text("{}")
+    with pytest.raises(train.RunFolderError, match="not a minwiola run"):
+        Trainer(tiny(), tmp_path / "other", progress=False)
+
+
+def test_command_line_options_repeat_and_errors_are_clean(small_data, tmp_path, capsys):
+    out = tmp_path / "cli"
+    base = ["--out", str(out), "--steps", "2", "--eval-every", "2", "--batch-size", "2", "--block-size", "16",
+            "--sample-tokens", "4"]
+    assert train.main(base + ["--set", "d=32", "n_heads=2", "--set", "n_layers=2", "n_kv_heads=1", "d_ff_a=16",
+                              "d_ff=48"]) == 0
+    model = json.loads((out / "config.json").read_text())["model"]
+    assert (model["d"], model["n_layers"], model["n_heads"]) == (32, 2, 2)          # both --set lists count
+    assert train.main(base + ["--resume", "--set", "d=32", "n_heads=2", "n_layers=2", "n_kv_heads=1", "d_ff_a=16",
+                              "d_ff=48"]) == 0
+    assert "finished run" in capsys.readouterr().out
+    assert train.main(["--out", str(tmp_path / "bad"), "--set", "n_heads=3"]) == 1      # d=64 is not divisible
+    assert "n_heads" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+    with pytest.raises(SystemExit):
+        train.main(["--set", "dropout"])
+    assert "FIELD=VALUE" in capsys.readouterr().err
+
+
+def test_main_job_fills_in_only_what_was_not_given(monkeypatch):
+    import minwiola.__main__ as job
+    seen = []
+    monkeypatch.setattr(job, "train", lambda argv: seen.append(argv) or 1)
+    job.main([])
+    assert seen[-1] == ["--out", "runs/main", "--overwrite", "--minutes", "3", "--steps", "100000"]
+    job.main(["--minutes=10"])
+    assert seen[-1] == ["--minutes=10", "--out", "runs/main", "--overwrite", "--steps", "100000"]
+    job.main(["--out", "mine", "--steps", "50"])
+    assert seen[-1] == ["--out", "mine", "--steps", "50"]                   # no clock, nothing overwritten
+    job.main(["--resume"])
+    assert seen[-1] == ["--resume", "--out", "runs/main", "--minutes", "3", "--steps", "100000"]
+
+
+def test_generate_command_explains_a_prompt_longer_than_the_context(small_data, tmp_path, capsys):
+    from minwiola.generate import main as generate_main
+    trainer = Trainer(tiny(steps=2, eval_every=2), tmp_path / "run", progress=False, quiet=True)
+    trainer.model.save_pretrained(tmp_path / "run" / "checkpoint", trainer.tokenizer)   # no best/ yet
+    assert generate_main([str(tmp_path / "run"), "Once upon a time", "--tokens", "3"]) == 0   # uses checkpoint/
+    assert capsys.readouterr().out.startswith("Once upon a time")
+    assert generate_main([str(tmp_path / "run"), "Once upon a time " * 30]) == 1
+    assert "longer than the model's context=64" in capsys.readouterr().err
+    assert generate_main([str(tmp_path / "nothing")]) == 1
+    assert "not found" in capsys.readouterr().err
