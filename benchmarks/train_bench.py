@@ -44,7 +44,7 @@ def throughput(name: str, batch: int, T: int, steps: int, device: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--presets", nargs="+", default=["yocto", "gpt2-style", "llama-style"])
+    parser.add_argument("--presets", nargs="+", default=["yocto", "gpt2-style", "llama-style", "wiola-yocto"])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--T", type=int, default=256)
     parser.add_argument("--steps", type=int, default=10)

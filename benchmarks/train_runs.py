@@ -6,10 +6,15 @@ Each (preset, seed) trains with `minwiola.train.Trainer` into runs/compare/PRESE
 interrupted, skipped if it finished). Every preset uses the 4,096-token tokenizer (`yocto` is trained at
 vocab_size=4096 so that all four share ids), dropout as given, and otherwise the trainer's defaults. The summary,
 results/train_runs.json, gives per preset the best held-out nats/token, perplexity and bits per byte of each seed,
-their mean and spread (max - min), the steps and tokens seen, and the command, hardware and data.
+their mean and spread (max - min), the steps, tokens and tokens/s, the held-out and (smoothed) training loss curves
+of each seed, a story from seed 0's best weights, and the command, commit, hardware and data.
+
+    python benchmarks/train_runs.py --report      # the README's table, from results/train_runs.json
 """
 import argparse
+import dataclasses
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -23,55 +28,109 @@ from tokenizer_bench import hardware  # noqa: E402
 
 from minwiola import data  # noqa: E402
 from minwiola.budget import count_params  # noqa: E402
+from minwiola.generate import generate  # noqa: E402
+from minwiola.model import LanguageModel  # noqa: E402
 from minwiola.train import TrainConfig, Trainer, read_metrics  # noqa: E402
 
 PRESETS = ["wiola-yocto", "llama-style", "gpt2-style", "yocto"]
 
 
-def best_eval(out: Path) -> dict:
-    evals = [r for r in read_metrics(out) if "valid_nats_per_token" in r]
+def best_eval(out: Path, points: int = 60) -> dict:
+    """The best held-out evaluation of a finished run, what it cost, and its curves (training loss as a running
+    mean over `points` equal stretches, so the file stays small)."""
+    records = read_metrics(out)
+    evals = [r for r in records if "valid_nats_per_token" in r]
+    train = [r for r in records if "train_loss" in r]
     best = min(evals, key=lambda r: r["valid_nats_per_token"])
-    last = read_metrics(out)[-1]
+    last = records[-1]
+    k = max(1, len(train) // points)
+    stretches = [train[i:i + k] for i in range(0, len(train) - k + 1, k)]
     return {"nats_per_token": best["valid_nats_per_token"], "perplexity": best["valid_perplexity"],
             "bits_per_byte": best["valid_bits_per_byte"], "best_step": best["step"], "steps": last["step"],
-            "tokens": last["tokens"], "train_seconds": last["elapsed_s"]}
+            "tokens": last["tokens"], "train_seconds": last["elapsed_s"],
+            "tokens_per_s": last["tokens"] / last["elapsed_s"],
+            "valid_curve": [[r["tokens"], r["valid_nats_per_token"]] for r in evals],
+            "train_curve": [[c[-1]["tokens"], statistics.mean(r["train_loss"] for r in c)] for c in stretches]}
+
+
+def story(out: Path) -> str:
+    """What the best weights write after "Once upon a time" (seed 0, at most 150 tokens)."""
+    model = LanguageModel.from_pretrained(out / "best")
+    return generate(model, model.tokenizer, "Once upon a time", 150, seed=0)
+
+
+def table(result: dict) -> str:
+    """The README's Markdown table: best held-out numbers, mean and spread over seeds, per preset."""
+    rows = ["| preset | parameters | seeds | nats/token | perplexity | bits/byte | bits/byte spread (max - min) "
+            "| steps | tokens seen |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in result["presets"].items():
+        seeds = list(r["seeds"].values())
+        ppl = math.exp(r["mean_nats_per_token"])               # perplexity of the mean loss
+        rows.append(f"| `{name}` | {r['params']:,} | {len(seeds)} | {r['mean_nats_per_token']:.3f} | {ppl:.2f} | "
+                    f"{r['mean_bits_per_byte']:.4f} | {r['spread_bits_per_byte']:.4f} | {seeds[0]['steps']} "
+                    f"| {seeds[0]['tokens'] / 1e6:.2f}M |")
+    return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--presets", nargs="+", default=PRESETS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--minutes", type=float, default=10.0, help="training-time budget (0: steps only)")
+    parser.add_argument("--steps", type=int, default=10**6, help="step budget (the default leaves it to the clock)")
+    parser.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
+    parser.add_argument("--steps-of-seed", type=int, default=None,
+                        help="give every other seed the step count this seed reached in its --minutes (a timed run "
+                             "that shares the CPU gets fewer steps; a step budget does not care)")
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--eval-every", type=int, default=200)
     parser.add_argument("--runs", default=str(ROOT / "runs" / "compare"))
     parser.add_argument("--result", default=str(ROOT / "results" / "train_runs.json"))
+    parser.add_argument("--report", action="store_true", help="print the README table from --result; train nothing")
     args = parser.parse_args(argv)
+    if args.report:
+        print(table(json.loads(Path(args.result).read_text())))
+        return 0
     # the code that trains is the code at launch: record that commit, not the one at the end
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     summary = {}
+    if args.steps_of_seed is not None:                  # the reference seed must run (or be found) first
+        args.seeds = sorted(args.seeds, key=lambda s: s != args.steps_of_seed)
     for name in args.presets:
         seeds = {}
         for seed in args.seeds:
             overrides = {"dropout": args.dropout, **({"vocab_size": 4096} if name == "yocto" else {})}
-            cfg = TrainConfig(preset=name, overrides=overrides, minutes=args.minutes, steps=10**6, seed=seed,
-                              eval_every=args.eval_every)
+            minutes, steps = args.minutes or None, args.steps
+            if args.steps_of_seed is not None and seed != args.steps_of_seed:
+                minutes, steps = None, best_eval(Path(args.runs) / f"{name}-s{args.steps_of_seed}")["steps"]
+            cfg = TrainConfig(preset=name, overrides=overrides, minutes=minutes, steps=steps,
+                              batch_size=args.batch_size, seed=seed, eval_every=args.eval_every)
             out = Path(args.runs) / f"{name}-s{seed}"
             done = (out / "metrics.jsonl").exists() and (out / "loss.png").exists()
-            if not done:                                   # resume a stopped run; start over one that never saved
-                resume = (out / "checkpoint").exists()
+            if done:                                       # a finished run is reused only if it is this experiment
+                held = json.loads((out / "config.json").read_text())["train"]
+                wanted = json.loads(json.dumps(dataclasses.asdict(cfg)))
+                if any(held.get(k) != wanted.get(k) for k in held.keys() | wanted.keys()):   # a new field: None
+                    raise SystemExit(f"{out} holds a run with other settings; move it away or pass other --runs")
+            else:                                          # resume a stopped run; start over one that never saved
+                resume = (out / "checkpoint").exists() or (out / "checkpoint.old").exists()
                 Trainer(cfg, out, resume=resume, overwrite=not resume, progress=False).run()
-            seeds[seed] = best_eval(out)
-            print(name, seed, seeds[seed])
+            seeds[seed] = {**best_eval(out), "budget": f"{minutes} minutes" if minutes else f"{steps} steps"}
+            print(name, seed, {k: v for k, v in seeds[seed].items() if "curve" not in k})
         bpb = [r["bits_per_byte"] for r in seeds.values()]
         nats = [r["nats_per_token"] for r in seeds.values()]
         summary[name] = {"params": count_params(cfg.model_config()), "seeds": seeds,
+                         # throughput from the timed runs only: a step-budgeted run may have shared the CPU
+                         "tokens_per_s": statistics.mean([r["tokens_per_s"] for r in seeds.values()
+                                                          if r["budget"].endswith("minutes")] or [math.nan]),
+                         "story": story(Path(args.runs) / f"{name}-s{args.seeds[0]}"),
                          "mean_bits_per_byte": statistics.mean(bpb), "spread_bits_per_byte": max(bpb) - min(bpb),
                          "mean_nats_per_token": statistics.mean(nats), "spread_nats_per_token": max(nats) - min(nats)}
     result = {"command": "python benchmarks/train_runs.py" + "".join(" " + a for a in sys.argv[1:]),
               "commit": commit.stdout.strip() or "unknown",
               "hardware": hardware() if not torch.cuda.is_available() else torch.cuda.get_device_name(),
-              "torch": torch.__version__, "data": data.describe_source(), "minutes": args.minutes,
+              "torch": torch.__version__, "data": data.describe_source(), "minutes": args.minutes or None,
+              "steps": args.steps if args.steps < 10**6 else None, "batch_size": args.batch_size,
               "dropout": args.dropout, "presets": summary}
     Path(args.result).write_text(json.dumps(result, indent=2) + "\n")
     return 0

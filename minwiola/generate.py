@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m minwiola.generate RUN_DIR "Once upon a time"`: write a story with a trained model: a run folder's
     best weights (its latest checkpoint if it has no best yet), or a folder written by `save_pretrained`."""
     from .tokenizer import default_tokenizer
-    parser = argparse.ArgumentParser(prog="python -m minwiola.generate", description=main.__doc__.split(":")[0])
+    parser = argparse.ArgumentParser(prog="python -m minwiola.generate", description="Write a story with a trained model.")
     parser.add_argument("run", help="a run folder (its best/ weights, else checkpoint/) or a save_pretrained folder")
     parser.add_argument("prompt", nargs="?", default="Once upon a time", help="the story's first words")
     parser.add_argument("--tokens", type=int, default=200, help="at most this many new tokens (default 200)")

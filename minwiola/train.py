@@ -179,6 +179,7 @@ class Trainer:
         self.prepare_folder(resume, overwrite)
         torch.manual_seed(cfg.seed)
         self.stop_requested = False                       # set by Ctrl-C; the loop stops at the next step boundary
+        self.half_step = False                            # a second Ctrl-C stopped a step midway: state unusable
         self.model = LanguageModel(model_cfg).to(self.device)
         self.model.activation_checkpointing = cfg.activation_checkpointing
         self.forward = torch.compile(self.model) if cfg.compile else self.model
@@ -198,10 +199,10 @@ class Trainer:
         wanted = dataclasses.asdict(self.cfg)
         if config_file.exists():
             held = json.loads(config_file.read_text()).get("train")
-            if not isinstance(held, dict) and not overwrite:
+            if not isinstance(held, dict):                  # not ours: never deleted, even with --overwrite
                 raise RunFolderError(f"{config_file} is not a minwiola run's config (no \"train\" settings); pick "
-                                     "another --out, or --overwrite to replace the folder")
-            if resume and isinstance(held, dict):
+                                     "another --out")
+            if resume:
                 wanted = json.loads(json.dumps(wanted))                 # tuples -> lists, as stored
                 changed = sorted(k for k in wanted.keys() | held.keys() if wanted.get(k) != held.get(k))
                 if changed:
@@ -326,6 +327,7 @@ class Trainer:
     def request_stop(self, signum=None, frame=None) -> None:
         """Ctrl-C during `run`: finish the current step, save a checkpoint, stop. A second Ctrl-C stops at once."""
         if self.stop_requested:
+            self.half_step = True
             raise KeyboardInterrupt
         self.stop_requested = True
 
@@ -338,6 +340,10 @@ class Trainer:
         evaluation (of a run that had already finished: the one it logged). Ctrl-C lets the current step finish,
         saves a checkpoint and raises KeyboardInterrupt; a NaN or inf stops the run and keeps the last good
         checkpoint. The first step's time includes one-off start-up costs (and compilation, with `compile`)."""
+        if self.half_step:
+            raise RuntimeError(f"this trainer was stopped in the middle of a step; continue from the last checkpoint "
+                               f"with Trainer(..., resume=True) (or --resume)")
+        self.stop_requested = False
         evals = [r for r in read_metrics(self.out) if "valid_nats_per_token" in r] if self.step else []
         last = {k[len("valid_"):]: v for k, v in evals[-1].items() if k.startswith("valid_")} if evals else {}
         if self.finished():
@@ -408,13 +414,12 @@ def read_metrics(out: str | Path) -> list[dict]:
 
 def plot_run(out: str | Path) -> None:
     """loss.png: training loss (smoothed) and held-out loss against tokens seen."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure          # not pyplot: a notebook's own plotting backend stays as it is
     records = read_metrics(out)
     train = [r for r in records if "train_loss" in r]
     valid = [r for r in records if "valid_nats_per_token" in r]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    ax = fig.add_subplot()
     losses = np.array([r["train_loss"] for r in train])
     k = max(1, len(losses) // 50)
     smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
@@ -423,7 +428,6 @@ def plot_run(out: str | Path) -> None:
     ax.set_xlabel("tokens seen"); ax.set_ylabel("nats / token"); ax.legend(); ax.set_title(Path(out).name)
     fig.tight_layout()
     fig.savefig(Path(out) / "loss.png", dpi=100)
-    plt.close(fig)
 
 
 def command_line() -> argparse.ArgumentParser:
@@ -482,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         if data.find_data_dir() is None:
             print(f"(not TinyStories: fetch it with `{data.DOWNLOAD_HINT}`)")
         result = trainer.run()
-    except (ValueError, FloatingPointError) as e:           # settings, folders (RunFolderError), NaN
+    except (ValueError, OSError, FloatingPointError) as e:  # settings, folders (RunFolderError), data, NaN
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -205,6 +205,24 @@ def test_ctrl_c_finishes_the_step_saves_and_resumes_exactly(small_data, tmp_path
     assert (tmp_path / "part" / "samples.txt").read_text() == (tmp_path / "whole" / "samples.txt").read_text()
 
 
+def test_a_second_ctrl_c_stops_at_once_and_the_trainer_refuses_to_go_on(small_data, tmp_path):
+    trainer = Trainer(tiny(), tmp_path / "run", progress=False, quiet=True)
+    original = trainer.train_step
+
+    def twice():
+        if trainer.step == 7:
+            trainer.request_stop()
+            trainer.request_stop()                     # the second one raises in the middle of the step
+        return original()
+
+    trainer.train_step = twice
+    with pytest.raises(KeyboardInterrupt):
+        trainer.run()
+    assert torch.load(tmp_path / "run" / "checkpoint" / "trainer_state.pt", weights_only=True)["step"] == 6
+    with pytest.raises(RuntimeError, match="middle of a step"):
+        trainer.run()
+
+
 def test_resuming_a_finished_run_returns_its_last_evaluation(small_data, tmp_path, capsys):
     last = Trainer(tiny(), tmp_path / "run", progress=False, quiet=True).run()
     again = Trainer(tiny(), tmp_path / "run", resume=True, progress=False, quiet=True)
@@ -242,8 +260,10 @@ def test_bad_settings_leave_an_existing_run_alone(small_data, tmp_path):
     assert (out / "checkpoint" / "model.safetensors").is_file()             # nothing was deleted
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "config.json").write_text("{}")
-    with pytest.raises(train.RunFolderError, match="not a minwiola run"):
-        Trainer(tiny(), tmp_path / "other", progress=False)
+    for overwrite in (False, True):                                       # a folder that is not ours stays
+        with pytest.raises(train.RunFolderError, match="not a minwiola run"):
+            Trainer(tiny(), tmp_path / "other", overwrite=overwrite, progress=False)
+    assert (tmp_path / "other" / "config.json").read_text() == "{}"
 
 
 def test_command_line_options_repeat_and_errors_are_clean(small_data, tmp_path, capsys):
