@@ -3,7 +3,11 @@
     python benchmarks/train_bench.py
 
 Batch 16 x 256 tokens of random ids (speed does not depend on the data), float32, `--steps` timed steps after
-two warm-up steps. Writes results/train_bench.json. (GPU numbers come from the same script on a GPU machine.)
+two warm-up steps. Writes results/train_bench.json. Each row also gives the model FLOPs per second it achieved
+(`budget.training_flops` per token times tokens/s) and, with --peak-tflops (the device's dense peak, e.g. 989 for
+an H100 SXM in bf16), the model FLOPs utilisation (MFU). On a GPU:
+
+    python benchmarks/train_bench.py --device cuda --bf16 --compile --peak-tflops 989 --presets llama-style wiola-yocto wiola-cs336
 """
 import argparse
 import json
@@ -17,12 +21,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from tokenizer_bench import hardware  # noqa: E402
 
+from minwiola.budget import training_flops  # noqa: E402
 from minwiola.model import LanguageModel, preset  # noqa: E402
 
 
-def throughput(name: str, batch: int, T: int, steps: int, device: str) -> dict:
+def throughput(name: str, batch: int, T: int, steps: int, device: str, bf16: bool = False, compile: bool = False,
+               peak_tflops: float | None = None) -> dict:
     torch.manual_seed(0)
-    model = LanguageModel(preset(name, context=max(T, 512))).to(device)
+    cfg = preset(name, context=max(T, preset(name).context))
+    model = LanguageModel(cfg).to(device)
+    forward = torch.compile(model) if compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randint(0, model.config.vocab_size, (batch, T), device=device)
     y = torch.randint(0, model.config.vocab_size, (batch, T), device=device)
@@ -31,15 +39,22 @@ def throughput(name: str, batch: int, T: int, steps: int, device: str) -> dict:
             if device == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-        loss = model.loss(x, y)
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            logits = forward(x)
+        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
     if device == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    return {"preset": name, "params": model.n_params(), "tokens_per_s": round(steps * batch * T / seconds),
-            "seconds_per_step": round(seconds / steps, 4)}
+    tokens_per_s = steps * batch * T / seconds
+    achieved = training_flops(cfg, T) * tokens_per_s
+    row = {"preset": name, "params": model.n_params(), "tokens_per_s": round(tokens_per_s),
+           "seconds_per_step": round(seconds / steps, 4), "model_tflops": round(achieved / 1e12, 4)}
+    if peak_tflops:
+        row["mfu"] = round(achieved / (peak_tflops * 1e12), 4)
+    return row
 
 
 def main() -> None:
@@ -49,15 +64,20 @@ def main() -> None:
     parser.add_argument("--T", type=int, default=256)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast (as the trainer does on CUDA)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="the device's peak, for MFU")
     args = parser.parse_args()
     rows = []
     for name in args.presets:
-        rows.append(throughput(name, args.batch, args.T, args.steps, args.device))
+        rows.append(throughput(name, args.batch, args.T, args.steps, args.device, args.bf16, args.compile,
+                                args.peak_tflops))
         print(rows[-1])
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else hardware()
     result = {"command": "python benchmarks/train_bench.py" + "".join(" " + a for a in sys.argv[1:]),
               "hardware": device_name, "device": args.device, "torch": torch.__version__,
-              "threads": torch.get_num_threads(), "batch": args.batch, "T": args.T, "rows": rows}
+              "threads": torch.get_num_threads(), "batch": args.batch, "T": args.T, "bf16": args.bf16,
+              "compile": args.compile, "peak_tflops": args.peak_tflops, "rows": rows}
     name = "train_bench.json" if args.device == "cpu" else f"train_bench_{args.device}.json"
     (ROOT / "results" / name).write_text(json.dumps(result, indent=2) + "\n")
 
