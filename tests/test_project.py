@@ -75,6 +75,16 @@ def test_readme_benchmark_numbers_come_from_results():
         assert f"| `{r['preset']}` | {r['params']:,} | {r['tokens_per_s']:,} |" in README
 
 
+def test_readme_training_table_comes_from_results():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("train_runs", ROOT / "benchmarks" / "train_runs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = json.loads((ROOT / "results" / "train_runs.json").read_text())
+    assert module.table(result) in README                      # the table `--report` prints, verbatim
+    assert result["command"] in README and all(len(r["seeds"]) >= 3 for r in result["presets"].values())
+
+
 def test_readme_atm_numbers_come_from_results():
     b = json.loads((ROOT / "results" / "atm_bench.json").read_text())
     assert f"a Wiola-shaped model of {b['params']:,} parameters" in README and b["command"] in README
