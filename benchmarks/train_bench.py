@@ -5,9 +5,11 @@
 Batch 16 x 256 tokens of random ids (speed does not depend on the data), float32, `--steps` timed steps after
 two warm-up steps. Writes results/train_bench.json. Each row also gives the model FLOPs per second it achieved
 (`budget.training_flops` per token times tokens/s) and, with --peak-tflops (the device's dense peak, e.g. 989 for
-an H100 SXM in bf16), the model FLOPs utilisation (MFU). On a GPU:
+an H100 SXM in bf16), the model FLOPs utilisation (MFU). The two shapes the course compares at equal parameters are
+the Yocto size (`llama-style`, `wiola-yocto`) and CS336's TinyStories shape (`llama-cs336`, `wiola-cs336`); on a GPU:
 
-    python benchmarks/train_bench.py --device cuda --bf16 --compile --peak-tflops 989 --presets llama-style wiola-yocto wiola-cs336
+    python benchmarks/train_bench.py --device cuda --bf16 --compile --peak-tflops 989 \
+        --presets llama-style wiola-yocto llama-cs336 wiola-cs336 --batch 128
 """
 import argparse
 import json
@@ -67,6 +69,8 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (as the trainer does on CUDA)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's peak, for MFU")
+    parser.add_argument("--result", default=None,
+                        help="where to write (default results/train_bench.json, or train_bench_DEVICE.json)")
     args = parser.parse_args()
     rows = []
     for name in args.presets:
@@ -79,7 +83,7 @@ def main() -> None:
               "threads": torch.get_num_threads(), "batch": args.batch, "T": args.T, "bf16": args.bf16,
               "compile": args.compile, "peak_tflops": args.peak_tflops, "rows": rows}
     name = "train_bench.json" if args.device == "cpu" else f"train_bench_{args.device}.json"
-    (ROOT / "results" / name).write_text(json.dumps(result, indent=2) + "\n")
+    Path(args.result or ROOT / "results" / name).write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps-of-seed", type=int, default=None,
                         help="give every other seed the step count this seed reached in its --minutes (a timed run "
                              "that shares the CPU gets fewer steps; a step budget does not care)")
+    parser.add_argument("--lr", type=float, default=TrainConfig.lr, help="peak learning rate")
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--eval-every", type=int, default=200)
     parser.add_argument("--runs", default=str(ROOT / "runs" / "compare"))
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.steps_of_seed is not None and seed != args.steps_of_seed:
                 minutes, steps = None, best_eval(Path(args.runs) / f"{name}-s{args.steps_of_seed}")["steps"]
             cfg = TrainConfig(preset=name, overrides=overrides, minutes=minutes, steps=steps,
-                              batch_size=args.batch_size, seed=seed, eval_every=args.eval_every)
+                              batch_size=args.batch_size, lr=args.lr, seed=seed, eval_every=args.eval_every)
             out = Path(args.runs) / f"{name}-s{seed}"
             done = (out / "metrics.jsonl").exists() and (out / "loss.png").exists()
             if done:                                       # a finished run is reused only if it is this experiment
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
               "hardware": hardware() if not torch.cuda.is_available() else torch.cuda.get_device_name(),
               "torch": torch.__version__, "data": data.describe_source(), "minutes": args.minutes or None,
               "steps": args.steps if args.steps < 10**6 else None, "batch_size": args.batch_size,
-              "dropout": args.dropout, "presets": summary}
+              "lr": args.lr, "dropout": args.dropout, "presets": summary}
     Path(args.result).write_text(json.dumps(result, indent=2) + "\n")
     return 0
 

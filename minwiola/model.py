@@ -142,6 +142,10 @@ PRESETS: dict[str, dict] = {
                         d_ff_a=48, d_ff=144, **WIOLA),
     "wiola-cs336": dict(vocab_size=4096, context=256, d=512, n_layers=4, n_heads=16, n_kv_heads=4, ffn="dsff",
                         d_ff_a=480, d_ff=1440, **WIOLA),
+    # Its LLaMA-style baseline for the throughput comparison: the same shape, full multi-head attention, and a SwiGLU
+    # of d_ff = 1,792 (not 8d/3 = 1,368) so that both hold the same number of parameters (17.3M, within 0.4%).
+    "llama-cs336": dict(vocab_size=4096, context=256, d=512, n_layers=4, n_heads=16, d_ff=1792, ffn="swiglu",
+                        norm="rmsnorm", positions="rope", qkv="separate"),
     # Published shapes of three comparison models (counted on the meta device; never trained here).
     "gpt2-124m": dict(vocab_size=50257, context=1024, d=768, n_layers=12, n_heads=12, d_ff=3072, ffn="gelu",
                       ffn_bias=True, norm="layernorm", positions="learned", attn_bias=True),

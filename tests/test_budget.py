@@ -26,6 +26,12 @@ def test_analytic_count_follows_every_switch(overrides):
     assert count_params(cfg) == LanguageModel(cfg).n_params()
 
 
+def test_cs336_baseline_holds_as_many_parameters_as_wiola():
+    wiola, llama = count_params(preset("wiola-cs336")), count_params(preset("llama-cs336"))
+    assert abs(llama - wiola) / wiola < 0.005            # "Wiola's step at equal parameters" (issue 7)
+    assert preset("llama-cs336").d == preset("wiola-cs336").d == 512
+
+
 def test_published_totals():
     assert count_params(preset("gpt2-124m")) == 124_439_808        # GPT-2 small, tied head
     assert count_params(preset("llama2-7b")) == 6_738_415_616      # LLaMA-2 7B, untied head

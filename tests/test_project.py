@@ -73,6 +73,13 @@ def test_readme_benchmark_numbers_come_from_results():
     t = json.loads((ROOT / "results" / "train_bench.json").read_text())
     for r in t["rows"]:
         assert f"| `{r['preset']}` | {r['params']:,} | {r['tokens_per_s']:,} |" in README
+    c = json.loads((ROOT / "results" / "train_bench_cs336.json").read_text())
+    assert c["command"] in README
+    for r in c["rows"]:
+        assert f"| `{r['preset']}` | {r['params']:,} | {r['tokens_per_s']:,} | {r['seconds_per_step']:.3f} |" in README
+    rows = {r["preset"]: r for r in c["rows"]}
+    ratio = rows["wiola-cs336"]["seconds_per_step"] / rows["llama-cs336"]["seconds_per_step"]
+    assert f"Wiola's training step costs {ratio:.2f}x LLaMA's here" in README
 
 
 def test_readme_training_table_comes_from_results():
@@ -83,6 +90,16 @@ def test_readme_training_table_comes_from_results():
     result = json.loads((ROOT / "results" / "train_runs.json").read_text())
     assert module.table(result) in README                      # the table `--report` prints, verbatim
     assert result["command"] in README and all(len(r["seeds"]) >= 3 for r in result["presets"].values())
+
+
+def test_readme_longer_run_comes_from_results():
+    result = json.loads((ROOT / "results" / "quality_run.json").read_text())
+    (name, r), = result["presets"].items()
+    run = r["seeds"]["0"]
+    assert result["command"] in README and f"`{name}`" in README
+    assert (f"best held-out {run['bits_per_byte']:.4f} bits per byte ({run['nats_per_token']:.3f} nats/token, "
+            f"perplexity {run['perplexity']:.2f})") in README
+    assert f"at step {run['best_step']:,} of {run['steps']:,}" in README
 
 
 def test_readme_atm_numbers_come_from_results():
