@@ -2,17 +2,20 @@
 
     python benchmarks/train_bench.py
 
-Batch 16 x 256 tokens of random ids (speed does not depend on the data), float32, `--steps` timed steps after
-two warm-up steps. Writes results/train_bench.json. Each row also gives the model FLOPs per second it achieved
-(`budget.training_flops` per token times tokens/s) and, with --peak-tflops (the device's dense peak, e.g. 989 for
-an H100 SXM in bf16), the model FLOPs utilisation (MFU). The two shapes the course compares at equal parameters are
-the Yocto size (`llama-style`, `wiola-yocto`) and CS336's TinyStories shape (`llama-cs336`, `wiola-cs336`); on a GPU:
+Batch 16 x 256 tokens of random ids (speed barely depends on the data), float32, `--steps` timed steps after two
+warm-up steps; a row reports the median step (and the fastest and slowest). Writes results/train_bench.json. Each
+row also gives the model FLOPs per second it achieved (`budget.training_flops` per token times tokens/s) and,
+with --peak-tflops (the device's dense peak, e.g. 989 for an H100 SXM in bf16), the model FLOPs utilisation (MFU).
+The two shapes the course compares at equal parameters are the Yocto size (`llama-style`, `wiola-yocto`) and
+CS336's TinyStories shape (`llama-cs336`, `wiola-cs336`); on a GPU:
 
     python benchmarks/train_bench.py --device cuda --bf16 --compile --peak-tflops 989 \
         --presets llama-style wiola-yocto llama-cs336 wiola-cs336 --batch 128
 """
 import argparse
 import json
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,24 +39,27 @@ def throughput(name: str, batch: int, T: int, steps: int, device: str, bf16: boo
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randint(0, model.config.vocab_size, (batch, T), device=device)
     y = torch.randint(0, model.config.vocab_size, (batch, T), device=device)
-    for i in range(steps + 2):
-        if i == 2:
-            if device == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
+    times = []
+    for i in range(steps + 2):                   # two warm-up steps, then `steps` timed ones
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             logits = forward(x)
         loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    tokens_per_s = steps * batch * T / seconds
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    # the median step: a step's time varies (ATM merges a data-dependent number of tokens; the machine is shared)
+    seconds = statistics.median(times[2:])
+    tokens_per_s = batch * T / seconds
     achieved = training_flops(cfg, T) * tokens_per_s
     row = {"preset": name, "params": model.n_params(), "tokens_per_s": round(tokens_per_s),
-           "seconds_per_step": round(seconds / steps, 4), "model_tflops": round(achieved / 1e12, 4)}
+           "seconds_per_step": round(seconds, 4), "fastest_step": round(min(times[2:]), 4),
+           "slowest_step": round(max(times[2:]), 4), "model_tflops": round(achieved / 1e12, 4)}
     if peak_tflops:
         row["mfu"] = round(achieved / (peak_tflops * 1e12), 4)
     return row
@@ -72,6 +78,7 @@ def main() -> None:
     parser.add_argument("--result", default=None,
                         help="where to write (default results/train_bench.json, or train_bench_DEVICE.json)")
     args = parser.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     rows = []
     for name in args.presets:
         rows.append(throughput(name, args.batch, args.T, args.steps, args.device, args.bf16, args.compile,
@@ -80,7 +87,8 @@ def main() -> None:
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else hardware()
     result = {"command": "python benchmarks/train_bench.py" + "".join(" " + a for a in sys.argv[1:]),
               "hardware": device_name, "device": args.device, "torch": torch.__version__,
-              "threads": torch.get_num_threads(), "batch": args.batch, "T": args.T, "bf16": args.bf16,
+              "commit": commit.stdout.strip() or "unknown", "threads": torch.get_num_threads(),
+              "batch": args.batch, "T": args.T, "steps": args.steps, "bf16": args.bf16,
               "compile": args.compile, "peak_tflops": args.peak_tflops, "rows": rows}
     name = "train_bench.json" if args.device == "cpu" else f"train_bench_{args.device}.json"
     Path(args.result or ROOT / "results" / name).write_text(json.dumps(result, indent=2) + "\n")

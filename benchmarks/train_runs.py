@@ -120,10 +120,10 @@ def main(argv: list[str] | None = None) -> int:
             print(name, seed, {k: v for k, v in seeds[seed].items() if "curve" not in k})
         bpb = [r["bits_per_byte"] for r in seeds.values()]
         nats = [r["nats_per_token"] for r in seeds.values()]
+        # throughput from the timed runs only (none: null): a step-budgeted run may have shared the CPU
+        timed = [r["tokens_per_s"] for r in seeds.values() if r["budget"].endswith("minutes")]
         summary[name] = {"params": count_params(cfg.model_config()), "seeds": seeds,
-                         # throughput from the timed runs only: a step-budgeted run may have shared the CPU
-                         "tokens_per_s": statistics.mean([r["tokens_per_s"] for r in seeds.values()
-                                                          if r["budget"].endswith("minutes")] or [math.nan]),
+                         "tokens_per_s": statistics.mean(timed) if timed else None,
                          "story": story(Path(args.runs) / f"{name}-s{args.seeds[0]}"),
                          "mean_bits_per_byte": statistics.mean(bpb), "spread_bits_per_byte": max(bpb) - min(bpb),
                          "mean_nats_per_token": statistics.mean(nats), "spread_nats_per_token": max(nats) - min(nats)}
