@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,12 @@ def hardware() -> str:
     except OSError:
         pass
     return f"{cpu}, {os.cpu_count()} cores, {platform.system()}"
+
+
+def commit() -> str:
+    """The repository's commit (short hash), for a result file to name the code that made it."""
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
 
 
 def best_of(repeat: int, fn) -> float:

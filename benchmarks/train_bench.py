@@ -15,7 +15,6 @@ CS336's TinyStories shape (`llama-cs336`, `wiola-cs336`); on a GPU:
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from tokenizer_bench import hardware  # noqa: E402
+from tokenizer_bench import commit, hardware  # noqa: E402
 
 from minwiola.budget import training_flops  # noqa: E402
 from minwiola.model import LanguageModel, preset  # noqa: E402
@@ -78,7 +77,7 @@ def main() -> None:
     parser.add_argument("--result", default=None,
                         help="where to write (default results/train_bench.json, or train_bench_DEVICE.json)")
     args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    launched_at = commit()
     rows = []
     for name in args.presets:
         rows.append(throughput(name, args.batch, args.T, args.steps, args.device, args.bf16, args.compile,
@@ -87,7 +86,7 @@ def main() -> None:
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else hardware()
     result = {"command": "python benchmarks/train_bench.py" + "".join(" " + a for a in sys.argv[1:]),
               "hardware": device_name, "device": args.device, "torch": torch.__version__,
-              "commit": commit.stdout.strip() or "unknown", "threads": torch.get_num_threads(),
+              "commit": launched_at, "threads": torch.get_num_threads(),
               "batch": args.batch, "T": args.T, "steps": args.steps, "bf16": args.bf16,
               "compile": args.compile, "peak_tflops": args.peak_tflops, "rows": rows}
     name = "train_bench.json" if args.device == "cpu" else f"train_bench_{args.device}.json"

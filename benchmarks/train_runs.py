@@ -16,7 +16,6 @@ import dataclasses
 import json
 import math
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from tokenizer_bench import hardware  # noqa: E402
+from tokenizer_bench import commit, hardware  # noqa: E402
 
 from minwiola import data  # noqa: E402
 from minwiola.budget import count_params  # noqa: E402
@@ -93,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table(json.loads(Path(args.result).read_text())))
         return 0
     # the code that trains is the code at launch: record that commit, not the one at the end
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    launched_at = commit()
     summary = {}
     if args.steps_of_seed is not None:                  # the reference seed must run (or be found) first
         args.seeds = sorted(args.seeds, key=lambda s: s != args.steps_of_seed)
@@ -128,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                          "mean_bits_per_byte": statistics.mean(bpb), "spread_bits_per_byte": max(bpb) - min(bpb),
                          "mean_nats_per_token": statistics.mean(nats), "spread_nats_per_token": max(nats) - min(nats)}
     result = {"command": "python benchmarks/train_runs.py" + "".join(" " + a for a in sys.argv[1:]),
-              "commit": commit.stdout.strip() or "unknown",
+              "commit": launched_at,
               "hardware": hardware() if not torch.cuda.is_available() else torch.cuda.get_device_name(),
               "torch": torch.__version__, "data": data.describe_source(), "minutes": args.minutes or None,
               "steps": args.steps if args.steps < 10**6 else None, "batch_size": args.batch_size,
