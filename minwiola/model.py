@@ -32,6 +32,29 @@ from .norm import NORMS, make_norm
 from .positions import POSITIONS, check_srpe, sinusoidal
 
 
+def check_field_types(config, may_be_infinite: set[str] = frozenset()) -> None:
+    """Raise ValueError unless every field of the dataclass `config` holds a value of its declared type.
+
+    Why: a config often comes from text (`--set attn_bias=False`, a config.json), and Python would happily keep the
+    string "False" (which is true) or a float where an int is meant. A bool is not accepted as a number, an int is
+    accepted as a float, and a float must be finite unless its field is in `may_be_infinite` (inf in srpe_f would
+    give NaN position tables). Fields of other types (tuples, dicts) are left to the config's own checks."""
+    for f in dataclasses.fields(config):
+        value, kind = getattr(config, f.name), str(f.type)
+        if value is None and kind.endswith("| None"):
+            continue
+        base = kind.removesuffix(" | None")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = {"bool": isinstance(value, bool), "int": number and isinstance(value, int), "float": number,
+              "str": isinstance(value, str)}.get(base, True)
+        if not ok:
+            raise ValueError(f"{f.name} must be {'a' if base != 'int' else 'an'} {base}"
+                             f"{' or None' if kind.endswith('| None') else ''}, got {value!r}")
+        if base == "float" and not math.isfinite(value) and not (f.name in may_be_infinite and value == math.inf):
+            raise ValueError(f"{f.name} must be a finite number{' or inf' if f.name in may_be_infinite else ''}, "
+                             f"got {value!r}")
+
+
 @dataclass
 class ModelConfig:
     """Every architectural choice of the model. Names follow the paper: d, L (n_layers), H, H_kv, V, T."""
@@ -82,8 +105,11 @@ class ModelConfig:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_field_types(self, may_be_infinite={"srpe_k"})     # srpe_k = inf switches the second winding off
         if not self.rope_theta > 0:
             raise ValueError(f"rope_theta must be > 0, got {self.rope_theta}")
+        if not self.init_std > 0:
+            raise ValueError(f"init_std must be > 0, got {self.init_std}")
         check_srpe(self.srpe_k, self.srpe_a, self.srpe_f)
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
@@ -100,8 +126,6 @@ class ModelConfig:
             raise ValueError("atm needs norm_position='pre' (it merges the normed input of the attention branch)")
         if not -1.0 <= self.atm_tau <= 1.0:
             raise ValueError(f"atm_tau is a cosine threshold in [-1, 1], got {self.atm_tau}")
-        if not math.isfinite(self.gcla_phi):
-            raise ValueError(f"gcla_phi must be finite, got {self.gcla_phi}")
         if self.positions == "sinusoidal" and self.d % 2:
             raise ValueError(f"positions='sinusoidal' needs an even d, got {self.d}")
 
@@ -326,13 +350,27 @@ class LanguageModel(nn.Module):
         for name in ("config.json", "model.safetensors"):
             if not (directory / name).is_file():
                 raise FileNotFoundError(f"{directory / name} not found: is {directory} a save_pretrained folder?")
-        fields = json.loads((directory / "config.json").read_text())
+        try:
+            fields = json.loads((directory / "config.json").read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{directory / 'config.json'} is not valid JSON ({e})") from None
+        if not isinstance(fields, dict):
+            raise ValueError(f"{directory / 'config.json'} holds a {type(fields).__name__}, not a model config")
         known = {f.name for f in dataclasses.fields(ModelConfig)}
         if set(fields) != known:
-            raise ValueError(f"config.json has unknown field(s) {sorted(set(fields) - known)} and lacks "
-                             f"{sorted(known - set(fields))}: was it written by another version?")
-        model = cls(ModelConfig(**fields))
-        saved, expected = load_file(str(directory / "model.safetensors")), model.state_dict()
+            raise ValueError(f"{directory / 'config.json'} has unknown field(s) {sorted(set(fields) - known)} and "
+                             f"lacks {sorted(known - set(fields))}: was it written by another version?")
+        try:
+            config = ModelConfig(**fields)                   # the same checks as any config: types, ranges
+        except ValueError as e:
+            raise ValueError(f"{directory / 'config.json'}: {e}") from None
+        model = cls(config)
+        try:
+            saved = load_file(str(directory / "model.safetensors"))
+        except Exception as e:                               # safetensors raises its own error type (truncated,
+            raise ValueError(f"{directory / 'model.safetensors'} cannot be read ({e}): the file is damaged or "
+                             "incomplete") from None      # empty, not a safetensors file)
+        expected = model.state_dict()
         problems = [f"missing tensor {k!r}" for k in expected if k not in saved]
         problems += [f"unexpected tensor {k!r}" for k in saved if k not in expected]
         problems += [f"tensor {k!r} has shape {tuple(saved[k].shape)}, the config needs {tuple(v.shape)}"

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import math
-import shutil
 import signal
 import sys
 import threading
@@ -41,9 +41,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import data, quick_mode
+from . import data, quick_mode, runs
 from .generate import generate
-from .model import LanguageModel, preset
+from .model import LanguageModel, ModelConfig, check_field_types, preset
+from .runs import RunFolderError, plot_run, read_metrics  # noqa: F401 (lessons import them from here)
 from .tokenizer import default_tokenizer
 
 
@@ -76,6 +77,7 @@ class TrainConfig:
 
     def __post_init__(self):
         self.betas = tuple(self.betas)
+        check_field_types(self)                           # e.g. minutes=inf or steps=2.5 from a script
         for name in ("steps", "batch_size", "block_size", "grad_accum", "eval_every", "eval_batch", "sample_tokens"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
@@ -88,15 +90,27 @@ class TrainConfig:
             raise ValueError(f"warmup is a fraction of the run in [0, 1), got {self.warmup}")
         if not self.lr > 0 or not self.clip > 0 or self.weight_decay < 0:
             raise ValueError("lr and clip must be > 0 and weight_decay >= 0")
+        if not (len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas)) or not self.eps > 0:
+            raise ValueError(f"betas must be two numbers in [0, 1) and eps > 0, got {self.betas}, {self.eps}")
+        if not isinstance(self.overrides, dict):
+            raise ValueError(f"overrides must be a dict of model config fields, got {self.overrides!r}")
 
     def model_config(self):
         return preset(self.preset, **self.overrides)
 
 
 def pick_device(name: str = "auto") -> torch.device:
-    """cuda if there is one, else Apple's mps, else the cpu; or the device named."""
+    """cuda if there is one, else Apple's mps, else the cpu; or the device named (ValueError if this machine has
+    no such device)."""
     if name != "auto":
-        return torch.device(name)
+        try:
+            device = torch.device(name)
+            torch.empty(1, device=device)                 # fails now if the machine lacks it, not mid-run
+        except (RuntimeError, AssertionError) as e:
+            first = (str(e).strip() or type(e).__name__).splitlines()[0].split(". ")[0]
+            first = first if len(first) <= 100 else first[:97] + "..."
+            raise ValueError(f"--device {name}: not usable on this machine ({first}); try auto or cpu") from None
+        return device
     if torch.cuda.is_available():
         return torch.device("cuda")
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
@@ -155,28 +169,38 @@ def evaluate(model: LanguageModel, tokens: np.ndarray, block_size: int, nbytes: 
             "bits_per_byte": nats / math.log(2) / max(text_bytes, 1), "tokens": count, "bytes": text_bytes}
 
 
-class RunFolderError(ValueError):
-    """A run folder that holds another run, or no run to resume."""
+def data_record() -> dict:
+    """What the run trains and is evaluated on: the source's name and every file with its size and sha256 (the
+    one the data layer verifies files against, else computed), so --resume can tell when the data changed."""
+    folder = data.find_data_dir()
+    files = []
+    for split in data.SPLITS if folder is not None else ():
+        for path in data.split_files(split, folder):
+            files.append({"split": split, "name": path.name, "bytes": path.stat().st_size,
+                          "sha256": data.expected_sha256(path) or data.sha256_file(path)})
+    return {"source": data.describe_source(), "files": files}
+
+
+def differences(held: dict, wanted: dict, prefix: str = "") -> list[str]:
+    """The fields where two settings dicts differ, named as "field: X there, Y now"."""
+    return [f"{prefix}{k}: {held.get(k)!r} there, {wanted.get(k)!r} now"
+            for k in sorted(held.keys() | wanted.keys()) if held.get(k) != wanted.get(k)]
 
 
 class Trainer:
-    """One run: `Trainer(cfg, out).run()`. Everything it needs to continue exactly is in `out/checkpoint/`."""
+    """One run: `Trainer(cfg, out).run()`. Everything it needs to continue exactly is in `out/checkpoint/`.
+
+    Before anything in `out` is written or deleted, every setting is checked, the model is built on the device,
+    the data is read and a first batch goes through the model: a mistake fails here, with the old run untouched."""
 
     def __init__(self, cfg: TrainConfig, out: str | Path, resume: bool = False, overwrite: bool = False,
                  progress: bool = True, quiet: bool = False):
         self.cfg, self.out, self.progress, self.quiet = cfg, Path(out), progress, quiet
         self.tokenizer = default_tokenizer()
-        model_cfg = cfg.model_config()                    # every setting is checked before the folder is touched
-        if model_cfg.vocab_size < self.tokenizer.vocab_size:
-            raise ValueError(f"preset {cfg.preset!r} has vocab_size={model_cfg.vocab_size}, fewer than the "
-                             f"tokenizer's {self.tokenizer.vocab_size}")
-        if cfg.block_size > model_cfg.context:
-            raise ValueError(f"block_size={cfg.block_size} exceeds the model's context={model_cfg.context}")
-        prompt = 1 + len(self.tokenizer.encode(cfg.prompt))            # samples start with <|endoftext|>
-        if prompt >= model_cfg.context:
-            raise ValueError(f"the sample prompt is {prompt} tokens, leaving no room in context={model_cfg.context}")
+        model_cfg = cfg.model_config()
+        self.check_settings(model_cfg)
         self.device = pick_device(cfg.device)
-        self.prepare_folder(resume, overwrite)
+        state = self.check_folder(resume, overwrite)      # read-only: refuses folders that are not ours
         torch.manual_seed(cfg.seed)
         self.stop_requested = False                       # set by Ctrl-C; the loop stops at the next step boundary
         self.half_step = False                            # a second Ctrl-C stopped a step midway: state unusable
@@ -190,38 +214,79 @@ class Trainer:
         self.nbytes = token_bytes(self.tokenizer)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.step, self.elapsed, self.best = 0, 0.0, math.inf
+        self.record = {"train": json.loads(json.dumps(dataclasses.asdict(cfg))),     # tuples -> lists, as stored
+                       "model": dataclasses.asdict(model_cfg),
+                       "tokenizer": {"sha256": self.tokenizer.hash(), "vocab_size": self.tokenizer.vocab_size},
+                       "data": data_record()}
         if resume:
+            self.check_same_run()
+        self.check_first_batch()
+        self.lock = runs.FolderLock(self.out)
+        if state == "new":
+            self.out.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()                               # from here on, the folder is ours alone
+        if not resume:
+            if runs.folder_state(self.out) == "ours":
+                runs.clear(self.out)                      # --overwrite: only what a trainer wrote
+            runs.claim(self.out)
+            (self.out / "config.json").write_text(json.dumps({**self.record, "command": " ".join(sys.argv)},
+                                                             indent=2) + "\n")
+        else:
             self.load_checkpoint()
 
-    # ------------------------------------------------------------------------------------------ the folder
-    def prepare_folder(self, resume: bool, overwrite: bool) -> None:
-        config_file = self.out / "config.json"
-        wanted = dataclasses.asdict(self.cfg)
-        if config_file.exists():
-            held = json.loads(config_file.read_text()).get("train")
-            if not isinstance(held, dict):                  # not ours: never deleted, even with --overwrite
-                raise RunFolderError(f"{config_file} is not a minwiola run's config (no \"train\" settings); pick "
-                                     "another --out")
-            if resume:
-                wanted = json.loads(json.dumps(wanted))                 # tuples -> lists, as stored
-                changed = sorted(k for k in wanted.keys() | held.keys() if wanted.get(k) != held.get(k))
-                if changed:
-                    raise RunFolderError(f"{self.out} holds a run with a different config ("
-                                         + ", ".join(f"{k}: {held.get(k)!r} there, {wanted.get(k)!r} now"
-                                                     for k in changed)
-                                         + "); resume it with the same settings, or --overwrite to start over")
-                return
-            if not overwrite:
-                raise RunFolderError(f"{self.out} already holds a run; pass --resume to continue it or --overwrite "
-                                     "to replace it")
-            shutil.rmtree(self.out)
-        elif resume:
-            raise RunFolderError(f"nothing to resume in {self.out}: no config.json")
-        self.out.mkdir(parents=True, exist_ok=True)
-        model_cfg = dataclasses.asdict(self.cfg.model_config())
-        config_file.write_text(json.dumps({"train": wanted, "model": model_cfg, "data": data.describe_source(),
-                                           "command": " ".join(sys.argv)}, indent=2) + "\n")
+    # ------------------------------------------------------------------------------------ checks first
+    def check_settings(self, model_cfg) -> None:
+        cfg = self.cfg
+        if model_cfg.vocab_size < self.tokenizer.vocab_size:
+            raise ValueError(f"preset {cfg.preset!r} has vocab_size={model_cfg.vocab_size}, fewer than the "
+                             f"tokenizer's {self.tokenizer.vocab_size}")
+        if cfg.block_size > model_cfg.context:
+            raise ValueError(f"block_size={cfg.block_size} exceeds the model's context={model_cfg.context}")
+        prompt = 1 + len(self.tokenizer.encode(cfg.prompt))            # samples start with <|endoftext|>
+        if prompt >= model_cfg.context:
+            raise ValueError(f"the sample prompt is {prompt} tokens, leaving no room in context={model_cfg.context}")
 
+    def check_folder(self, resume: bool, overwrite: bool) -> str:
+        """Which state `out` is in ("new" or "ours"); raise RunFolderError if the options do not fit it."""
+        state = runs.folder_state(self.out)
+        if state == "foreign":
+            raise RunFolderError(f"{self.out} is not empty and is not a minwiola run folder (no {runs.MARKER}): "
+                                 "nothing in it is touched; pick another --out")
+        if resume and state == "new":
+            raise RunFolderError(f"nothing to resume in {self.out}: no run there")
+        if state == "ours" and not (resume or overwrite):
+            raise RunFolderError(f"{self.out} already holds a run; pass --resume to continue it or --overwrite "
+                                 "to replace it")
+        return state
+
+    def check_same_run(self) -> None:
+        """--resume: the folder's run must be this run: same trainer settings, the same model config as resolved,
+        tokenizer and data files."""
+        config_file = self.out / "config.json"
+        try:
+            held = json.loads(config_file.read_text())
+        except (OSError, ValueError) as e:
+            raise RunFolderError(f"{config_file} cannot be read ({e}); start again with --overwrite") from None
+        if not isinstance(held, dict) or not all(isinstance(held.get(k), dict) for k in self.record):
+            raise RunFolderError(f"{config_file} is not a run config of this version (it lacks one of "
+                                 f"{sorted(self.record)}); start again with --overwrite")
+        changed = [line for part in self.record
+                   for line in differences(held[part], self.record[part], "" if part == "train" else f"{part}.")]
+        if changed:
+            raise RunFolderError(f"{self.out} holds a run with a different config (" + "; ".join(changed)
+                                 + "); resume it with the same settings and data, or --overwrite to start over")
+
+    def check_first_batch(self) -> None:
+        """One forward pass on a batch of training windows, on the device (no gradient, no random draw that the
+        run uses): a device or memory problem shows now, not after the old run was replaced."""
+        x, _ = data.get_batch(self.train_tokens, self.cfg.batch_size, self.cfg.block_size,
+                              torch.Generator().manual_seed(self.cfg.seed), self.device)
+        self.model.eval()
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+            self.model(x)
+        self.model.train()
+
+    # ------------------------------------------------------------------------------------------ the folder
     def random_states(self) -> dict:
         """Every random state a step draws from: torch's (dropout), the data sampler's, and the accelerator's."""
         states = {"torch_rng": torch.get_rng_state(), "data_rng": self.generator.get_state(), "cuda_rng": []}
@@ -237,32 +302,35 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> None:
-        """Write the whole state to checkpoint.tmp/, then swap it in, so a crash mid-write keeps the old one."""
-        self.save_atomically("checkpoint", lambda tmp: torch.save(
-            {"optimizer": self.opt.state_dict(), "step": self.step, "elapsed": self.elapsed, "best": self.best,
-             **self.random_states()}, tmp / "trainer_state.pt"))
+        """The whole state, swapped in atomically (runs.save_atomically). It also records how long samples.txt
+        was, so a resume can cut the file back exactly, whatever the stories say."""
+        samples = self.out / "samples.txt"
+        state = {"optimizer": self.opt.state_dict(), "step": self.step, "elapsed": self.elapsed, "best": self.best,
+                 "samples_bytes": samples.stat().st_size if samples.exists() else 0, **self.random_states()}
 
-    def save_atomically(self, name: str, extra) -> None:
-        """Write the weights (and `extra(folder)`) to NAME.tmp/, move the old NAME/ aside to NAME.old/, move the new
-        one in, then delete the old: at every instant a complete NAME/ or NAME.old/ exists."""
-        tmp, final, old = self.out / f"{name}.tmp", self.out / name, self.out / f"{name}.old"
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp, self.tokenizer)
-        extra(tmp)
-        if final.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
+        def write(folder: Path) -> None:
+            self.model.save_pretrained(folder, self.tokenizer)
+            torch.save(state, folder / "trainer_state.pt")
+        runs.save_atomically(self.out, "checkpoint", write)
 
     def load_checkpoint(self) -> None:
         folder = self.out / "checkpoint"
-        if not (folder / "trainer_state.pt").is_file():
+        if not folder.is_dir():
             folder = self.out / "checkpoint.old"              # a crash in the middle of the swap
-        if not (folder / "trainer_state.pt").is_file():
-            raise RunFolderError(f"{self.out} has no checkpoint to resume from")
-        self.model.load_state_dict(LanguageModel.from_pretrained(folder).state_dict())
-        state = torch.load(folder / "trainer_state.pt", weights_only=True, map_location="cpu")
+        if not folder.is_dir():
+            raise RunFolderError(f"{self.out} has no checkpoint to resume from (the first is saved at step "
+                                 f"{self.cfg.eval_every}); start again with --overwrite")
+        runs.verify_folder(folder)
+        try:
+            saved = LanguageModel.from_pretrained(folder)
+            state = torch.load(folder / "trainer_state.pt", weights_only=True, map_location="cpu")
+        except Exception as e:                                # unpickling errors have many types
+            raise RunFolderError(f"the checkpoint in {folder} cannot be loaded ({e})") from None
+        if saved.config != self.model.config:
+            raise RunFolderError(f"{folder} holds a model with another config ("
+                                 + "; ".join(differences(dataclasses.asdict(saved.config), self.record["model"]))
+                                 + ")")
+        self.model.load_state_dict(saved.state_dict())
         self.opt.load_state_dict(state["optimizer"])
         self.step, self.elapsed, self.best = state["step"], state["elapsed"], state["best"]
         torch.set_rng_state(state["torch_rng"])
@@ -272,12 +340,12 @@ class Trainer:
             torch.mps.set_rng_state(state["mps_rng"])
         self.generator.set_state(state["data_rng"])
         # logs and samples written after the checkpoint belong to steps that will be trained again
-        kept = [r for r in read_metrics(self.out) if r["step"] <= self.step]
+        kept = [r for r in read_metrics(self.out) if r.get("step", 0) <= self.step]
         (self.out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
         samples = self.out / "samples.txt"
         if samples.exists():
-            blocks = samples.read_text().split("--- step ")[1:]
-            samples.write_text("".join("--- step " + b for b in blocks if int(b.split(",")[0]) <= self.step))
+            with open(samples, "r+b") as f:
+                f.truncate(state["samples_bytes"])
 
     # -------------------------------------------------------------------------------------------- steps
     def progress_fraction(self) -> float:
@@ -305,8 +373,10 @@ class Trainer:
             self.opt.zero_grad(set_to_none=True)
             what = f"the training loss became {total}" if not math.isfinite(total) else \
                 f"the gradient norm became {norm.item()}"
-            raise FloatingPointError(f"{what} at step {self.step + 1}; the last good checkpoint is in "
-                                     f"{self.out / 'checkpoint'} (start again with --overwrite and a lower --lr)")
+            kept = f"the last good checkpoint is in {self.out / 'checkpoint'}" if (self.out / "checkpoint").is_dir() \
+                else f"no checkpoint was saved yet (the first comes at step {min(cfg.eval_every, cfg.steps)})"
+            raise FloatingPointError(f"{what} at step {self.step + 1}; {kept} (start again with --overwrite and a "
+                                     "lower --lr)")
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
@@ -321,7 +391,11 @@ class Trainer:
         if result["nats_per_token"] < self.best:
             self.best = result["nats_per_token"]
             record = json.dumps({"step": self.step, **result}, indent=2)
-            self.save_atomically("best", lambda tmp: (tmp / "eval.json").write_text(record + "\n"))
+
+            def write(folder: Path) -> None:
+                self.model.save_pretrained(folder, self.tokenizer)
+                (folder / "eval.json").write_text(record + "\n")
+            runs.save_atomically(self.out, "best", write)
         return result
 
     def request_stop(self, signum=None, frame=None) -> None:
@@ -344,19 +418,22 @@ class Trainer:
             raise RuntimeError(f"this trainer was stopped in the middle of a step; continue from the last checkpoint "
                                f"with Trainer(..., resume=True) (or --resume)")
         self.stop_requested = False
-        evals = [r for r in read_metrics(self.out) if "valid_nats_per_token" in r] if self.step else []
-        last = {k[len("valid_"):]: v for k, v in evals[-1].items() if k.startswith("valid_")} if evals else {}
-        if self.finished():
-            return last
-        # Ctrl-C sets a flag that is read between steps, so a checkpoint never holds half a step
-        # (signal handlers can only be installed from the main thread; elsewhere Ctrl-C is left alone)
-        main_thread = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGINT, self.request_stop) if main_thread else None
+        self.lock.acquire()                               # held again if an earlier run() gave it back
+        handler_installed, previous = False, None
         try:
+            evals = [r for r in read_metrics(self.out) if "valid_nats_per_token" in r] if self.step else []
+            last = {k[len("valid_"):]: v for k, v in evals[-1].items() if k.startswith("valid_")} if evals else {}
+            if self.finished():
+                return last
+            # Ctrl-C sets a flag that is read between steps, so a checkpoint never holds half a step
+            # (signal handlers can only be installed from the main thread; elsewhere Ctrl-C is left alone)
+            if threading.current_thread() is threading.main_thread():
+                previous, handler_installed = signal.signal(signal.SIGINT, self.request_stop), True
             return self.train_loop(last)
         finally:
-            if main_thread:
+            if handler_installed:
                 signal.signal(signal.SIGINT, previous)
+            self.lock.release()                           # another trainer may --resume this folder now
 
     def train_loop(self, last: dict) -> dict:
         from tqdm.auto import tqdm
@@ -397,39 +474,6 @@ class Trainer:
         return last
 
 
-def read_metrics(out: str | Path) -> list[dict]:
-    """The records of a run's metrics.jsonl (none if there is no file yet). A last line cut short by a crash is
-    skipped; a broken line anywhere else is an error."""
-    path = Path(out) / "metrics.jsonl"
-    lines = path.read_text().splitlines() if path.exists() else []
-    records = []
-    for i, line in enumerate(lines):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i < len(lines) - 1:
-                raise ValueError(f"{path} line {i + 1} is not JSON: {line[:80]!r}") from None
-    return records
-
-
-def plot_run(out: str | Path) -> None:
-    """loss.png: training loss (smoothed) and held-out loss against tokens seen."""
-    from matplotlib.figure import Figure          # not pyplot: a notebook's own plotting backend stays as it is
-    records = read_metrics(out)
-    train = [r for r in records if "train_loss" in r]
-    valid = [r for r in records if "valid_nats_per_token" in r]
-    fig = Figure(figsize=(7, 4))
-    ax = fig.add_subplot()
-    losses = np.array([r["train_loss"] for r in train])
-    k = max(1, len(losses) // 50)
-    smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
-    ax.plot([r["tokens"] for r in train][k - 1:], smooth, label="training (running mean)")
-    ax.plot([r["tokens"] for r in valid], [r["valid_nats_per_token"] for r in valid], "o-", label="held out")
-    ax.set_xlabel("tokens seen"); ax.set_ylabel("nats / token"); ax.legend(); ax.set_title(Path(out).name)
-    fig.tight_layout()
-    fig.savefig(Path(out) / "loss.png", dpi=100)
-
-
 def command_line() -> argparse.ArgumentParser:
     """One option per TrainConfig field (--batch-size for batch_size, ...), plus the folder options and --set."""
     parser = argparse.ArgumentParser(prog="python -m minwiola.train", description=__doc__.split("\n")[0])
@@ -452,31 +496,57 @@ def command_line() -> argparse.ArgumentParser:
     return parser
 
 
+TRUE, FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
 def parse_overrides(parser: argparse.ArgumentParser, items: list[str]) -> dict:
-    """["dropout=0.1", "atm=off"] -> {"dropout": 0.1, "atm": "off"}: JSON values where they parse, else words."""
+    """["dropout=0.1", "attn_bias=off", "atm=off"] -> {"dropout": 0.1, "attn_bias": False, "atm": "off"}.
+
+    Each value is read as its field's type: a bool field takes true/false (yes/no, on/off, 1/0), never the string
+    "False" (which Python would take as true); int and float fields take numbers; "none" empties an optional one.
+    A malformed item is a usage error; a value of the wrong type is a ValueError naming the field."""
+    kinds = {f.name: str(f.type) for f in dataclasses.fields(ModelConfig)}
     overrides = {}
     for item in items:
-        key, sep, value = item.partition("=")
+        key, sep, text = item.partition("=")
         if not sep or not key:
             parser.error(f"--set takes FIELD=VALUE, got {item!r}")
-        try:
-            overrides[key] = json.loads(value)          # numbers, true/false, null
-        except json.JSONDecodeError:
-            overrides[key] = value                      # a plain word: "off", "causal", ...
+        if key not in kinds:
+            raise ValueError(f"--set {item}: no model config field {key!r}; fields are {sorted(kinds)}")
+        overrides[key] = parse_value(key, kinds[key], text)
     return overrides
+
+
+def parse_value(name: str, kind: str, text: str):
+    """`text` as a value of type `kind` ("bool", "int", "float", "str", each maybe "| None")."""
+    base, optional = kind.removesuffix(" | None"), kind.endswith("| None")
+    if optional and text.lower() in ("none", "null"):
+        return None
+    if base == "bool":
+        if text.lower() in TRUE + FALSE:
+            return text.lower() in TRUE
+        raise ValueError(f"--set {name}={text}: {name} is true or false (or yes/no, on/off, 1/0)")
+    if base in ("int", "float"):
+        try:
+            return int(text) if base == "int" else float(text)
+        except ValueError:
+            raise ValueError(f"--set {name}={text}: {name} takes {'an integer' if base == 'int' else 'a number'}"
+                             f"{' or none' if optional else ''}") from None
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = command_line()
     args = parser.parse_args(argv)
-    overrides = parse_overrides(parser, args.set)
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
               if f.name not in ("overrides", "betas")}
-    if quick_mode():                            # CI: the same code path, a few steps
-        values.update(steps=min(values["steps"], 20), minutes=None, eval_every=10)
+    if quick_mode():                  # CI: the same code path with smaller budgets (a clock budget stays a clock)
+        values.update(steps=min(values["steps"], 20), eval_every=min(values["eval_every"], 10))
+        if values["minutes"] is not None:
+            values["minutes"] = min(values["minutes"], 0.1)
     out = args.out or f"runs/{values['preset']}"
     try:
-        cfg = TrainConfig(**values, overrides=overrides)
+        cfg = TrainConfig(**values, overrides=parse_overrides(parser, args.set))
         trainer = Trainer(cfg, out, resume=args.resume, overwrite=args.overwrite)
         if trainer.finished():
             print(f"{out} holds a finished run ({trainer.step} steps); its best weights are in {out}/best")
@@ -486,8 +556,13 @@ def main(argv: list[str] | None = None) -> int:
         if data.find_data_dir() is None:
             print(f"(not TinyStories: fetch it with `{data.DOWNLOAD_HINT}`)")
         result = trainer.run()
-    except (ValueError, OSError, FloatingPointError) as e:  # settings, folders (RunFolderError), data, NaN
-        print(f"error: {e}", file=sys.stderr)
+    except (ValueError, OSError, FloatingPointError) as e:  # settings, folders (RunFolderError), data, NaN, disk
+        full = isinstance(e, OSError) and e.errno == errno.ENOSPC
+        print(f"error: {e}" + ("; free some space, then continue with --resume" if full else ""), file=sys.stderr)
+        return 1
+    except torch.cuda.OutOfMemoryError:
+        print(f"error: out of memory on {values['device']}: lower --batch-size (--grad-accum keeps the tokens per step)",
+              file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

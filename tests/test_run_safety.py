@@ -1,0 +1,311 @@
+"""Nothing a user owns is lost (issue 13): run-folder marker and lock, --overwrite only after every check, --resume
+compares what decides the run, checkpoints checked on load, one `error:` line for every mistake a user can make."""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from minwiola import runs, train
+from minwiola.model import LanguageModel, preset
+from minwiola.train import Trainer
+from test_train import small_data, tiny  # noqa: F401 (a fixture and a helper shared with the trainer tests)
+
+TINY_SET = ["--set", "d=32", "n_layers=2", "n_heads=2", "n_kv_heads=1", "d_ff_a=16", "d_ff=48", "context=64"]
+
+
+def cli(out, *extra):
+    """Arguments for a tiny command-line run into `out`."""
+    return ["--out", str(out), "--steps", "4", "--eval-every", "2", "--batch-size", "2", "--block-size", "16",
+            "--sample-tokens", "4", *TINY_SET, *extra]
+
+
+def one_error_line(err: str) -> str:
+    """The single `error: ...` line of a failed command (progress bars may precede it; a traceback may not)."""
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    return errors[0]
+
+
+def finished_run(out):
+    assert train.main(cli(out)) == 0
+    return sorted(p.name for p in out.rglob("*")), (out / "checkpoint" / "model.safetensors").read_bytes()
+
+
+# ----------------------------------------------------------------------------------------------- ownership
+def test_a_folder_that_is_not_a_run_is_never_written_into_or_emptied(small_data, tmp_path, capsys, monkeypatch):
+    thesis = tmp_path / "thesis"
+    thesis.mkdir()
+    (thesis / "thesis.tex").write_text("years of work")
+    for extra in ([], ["--overwrite"], ["--resume"]):
+        assert train.main(cli(thesis, *extra)) == 1
+        assert "not a minwiola run folder" in capsys.readouterr().err
+    monkeypatch.chdir(thesis)                                    # --out . in a folder of one's own
+    assert train.main(cli(".", "--overwrite")) == 1
+    assert sorted(p.name for p in thesis.iterdir()) == ["thesis.tex"]
+    assert (thesis / "thesis.tex").read_text() == "years of work"
+    empty = tmp_path / "empty"                                   # an empty folder is fine to use
+    empty.mkdir()
+    assert train.main(cli(empty)) == 0 and (empty / runs.MARKER).is_file()
+
+
+def test_overwrite_deletes_only_what_the_trainer_wrote(small_data, tmp_path):
+    out = tmp_path / "run"
+    finished_run(out)
+    (out / "my_notes.txt").write_text("keep me")
+    (out / "samples.txt").write_text("old stories")
+    assert train.main(cli(out, "--overwrite", "--steps", "2")) == 0
+    assert (out / "my_notes.txt").read_text() == "keep me"
+    assert "old stories" not in (out / "samples.txt").read_text()
+    assert max(r["step"] for r in train.read_metrics(out)) == 2
+
+
+@pytest.mark.parametrize("mistake", [["--set", "d=20", "n_heads=4"], ["--set", "init_std=-1"], ["--device", "cuda"],
+                                     ["--device", "foo"], ["--set", "atm_tau=high"], ["--minutes", "inf"],
+                                     ["--set", "srpe_f=inf"], ["--set", "attn_bias=maybe"], "data"])
+def test_overwrite_with_a_mistake_leaves_the_old_run_alone(small_data, tmp_path, capsys, monkeypatch, mistake):
+    out = tmp_path / "run"
+    before = finished_run(out)
+    capsys.readouterr()
+    if mistake == "data":
+        monkeypatch.setenv("MINWIOLA_DATA", str(tmp_path / "mistyped"))
+        mistake = []
+    assert train.main(cli(out, "--overwrite", *mistake)) == 1
+    one_error_line(capsys.readouterr().err)
+    assert (sorted(p.name for p in out.rglob("*")), (out / "checkpoint" / "model.safetensors").read_bytes()) == before
+
+
+# ------------------------------------------------------------------------------------------------ the lock
+HOLDER = """
+import sys, time
+from pathlib import Path
+from minwiola.runs import FolderLock
+lock = FolderLock(Path(sys.argv[1]))
+lock.acquire()
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def hold_lock(folder):
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_one_trainer_per_folder_and_a_dead_trainers_lock_is_taken_over(small_data, tmp_path, capsys):
+    out = tmp_path / "run"
+    finished_run(out)
+    holder = hold_lock(out)
+    try:
+        assert train.main(cli(out, "--resume")) == 1
+        assert f"in use by process {holder.pid}" in one_error_line(capsys.readouterr().err)
+        assert train.main(cli(out, "--overwrite")) == 1            # nothing deleted under a live trainer
+        assert (out / "checkpoint").is_dir()
+    finally:
+        holder.send_signal(signal.SIGKILL)                          # dies without any chance to clean up
+        holder.wait()
+    assert (out / runs.LOCK).is_file()                              # the stale lock file is still there
+    assert train.main(cli(out, "--resume")) == 0                    # and is taken over
+    assert train.main(cli(out, "--overwrite", "--steps", "2")) == 0
+    assert max(r["step"] for r in train.read_metrics(out)) == 2
+
+
+def test_a_trainer_gives_the_lock_back_when_its_run_ends(small_data, tmp_path):
+    first = Trainer(tiny(steps=2, eval_every=2), tmp_path / "run", progress=False, quiet=True)
+    with pytest.raises(runs.RunFolderError, match="in use by process"):
+        Trainer(tiny(steps=4, eval_every=2), tmp_path / "run", overwrite=True, progress=False)
+    first.run()
+    Trainer(tiny(steps=4, eval_every=2), tmp_path / "run", resume=False, overwrite=True, progress=False).run()
+
+
+# ---------------------------------------------------------------------------------------------- --resume
+def edit_config(out, change):
+    config = json.loads((out / "config.json").read_text())
+    change(config)
+    (out / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("what, change", [
+    ("model.positions", lambda c: c["model"].update(positions="learned")),      # a preset whose meaning changed
+    ("model.atm_tau", lambda c: c["model"].update(atm_tau=0.5)),
+    ("tokenizer.sha256", lambda c: c["tokenizer"].update(sha256="0" * 64)),
+    ("data.source", lambda c: c["data"].update(source="TinyStories sample")),
+])
+def test_resume_refuses_a_run_that_differs_in_what_decides_it(small_data, tmp_path, what, change):
+    out = tmp_path / "run"
+    Trainer(tiny(steps=2, eval_every=2), out, progress=False, quiet=True).run()
+    edit_config(out, change)
+    with pytest.raises(runs.RunFolderError, match=f"different config.*{what}"):
+        Trainer(tiny(steps=2, eval_every=2), out, resume=True, progress=False)
+
+
+def test_resume_refuses_other_data_files(small_data, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    Trainer(tiny(steps=2, eval_every=2), out, progress=False, quiet=True).run()
+    monkeypatch.delenv("MINWIOLA_DATA")                          # now the built-in stories would be read
+    monkeypatch.setattr("minwiola.data.REPO_DATA", tmp_path / "no-data-here")
+    with pytest.raises(runs.RunFolderError, match="data.files.*data.source"):
+        Trainer(tiny(steps=2, eval_every=2), out, resume=True, progress=False)
+    monkeypatch.setenv("MINWIOLA_DATA", str(small_data))
+    with open(small_data / "valid.txt", "a") as f:               # the same file names, other content
+        f.write("\n<|endoftext|>\nOne more story.")
+    with pytest.raises(runs.RunFolderError, match="data.files"):
+        Trainer(tiny(steps=2, eval_every=2), out, resume=True, progress=False)
+
+
+# ------------------------------------------------------------------------------------------- checkpoints
+def damage(path, how):
+    if how == "flip":
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        path.write_bytes(bytes(raw))
+    elif how == "truncate":
+        path.write_bytes(path.read_bytes()[:100])
+    else:
+        path.write_bytes(b"")
+
+
+@pytest.mark.parametrize("name, how", [("model.safetensors", "flip"), ("model.safetensors", "truncate"),
+                                       ("model.safetensors", "empty"), ("trainer_state.pt", "flip"),
+                                       ("trainer_state.pt", "empty"), ("SHA256SUMS", "empty")])
+def test_a_damaged_checkpoint_is_one_error_line_naming_the_file(small_data, tmp_path, capsys, name, how):
+    out = tmp_path / "run"
+    finished_run(out)
+    damage(out / "checkpoint" / name, how)
+    assert train.main(cli(out, "--resume")) == 1
+    assert name in one_error_line(capsys.readouterr().err)
+
+
+def test_garbage_that_matches_its_checksum_is_still_refused_cleanly(small_data, tmp_path, capsys):
+    out = tmp_path / "run"
+    finished_run(out)
+    folder = out / "checkpoint"
+    (folder / "trainer_state.pt").write_bytes(b"not a pickle at all")
+    (folder / "SHA256SUMS").write_text("".join(f"{runs.sha256_file(p)}  {p.name}\n" for p in sorted(folder.iterdir())
+                                               if p.name != "SHA256SUMS"))
+    assert train.main(cli(out, "--resume")) == 1
+    assert one_error_line(capsys.readouterr().err).startswith("error: the checkpoint in")
+
+
+def test_a_checkpoint_of_another_model_is_refused(small_data, tmp_path):
+    out, other = tmp_path / "run", tmp_path / "other"
+    Trainer(tiny(steps=2, eval_every=2), out, progress=False, quiet=True).run()
+    Trainer(tiny(steps=2, eval_every=2, overrides={**tiny().overrides, "d": 48, "d_ff_a": 24}), other,
+            progress=False, quiet=True).run()
+    (out / "checkpoint").rename(tmp_path / "mine")
+    (other / "checkpoint").rename(out / "checkpoint")
+    with pytest.raises(runs.RunFolderError, match="another config.*d: 48"):
+        Trainer(tiny(steps=2, eval_every=2), out, resume=True, progress=False)
+
+
+def test_checkpoints_carry_checksums_and_are_synced_before_the_swap(small_data, tmp_path, monkeypatch):
+    synced = []
+    real = runs._fsync
+    monkeypatch.setattr(runs, "_fsync", lambda path: synced.append(path.name) or real(path))
+    out = tmp_path / "run"
+    Trainer(tiny(steps=2, eval_every=2), out, progress=False, quiet=True).run()
+    for folder in ("checkpoint", "best"):
+        listed = {line.split("  ")[1] for line in (out / folder / "SHA256SUMS").read_text().splitlines()}
+        assert listed == {p.name for p in (out / folder).iterdir()} - {"SHA256SUMS"}
+        runs.verify_folder(out / folder)
+    assert {"model.safetensors", "trainer_state.pt", "SHA256SUMS", "checkpoint.tmp", "best.tmp"} <= set(synced)
+
+
+def test_a_full_disk_is_one_error_line_and_the_last_checkpoint_survives(small_data, tmp_path, capsys, monkeypatch):
+    import errno
+    out, real, calls = tmp_path / "run", runs.save_atomically, []
+
+    def fills_up(folder, name, write):                  # step 2 saves best/ and checkpoint/; then the disk is full
+        calls.append(name)
+        if len(calls) > 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(folder / f"{name}.tmp"))
+        real(folder, name, write)
+    monkeypatch.setattr(runs, "save_atomically", fills_up)
+    assert train.main(cli(out)) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "No space left" in line and "--resume" in line
+    monkeypatch.setattr(runs, "save_atomically", real)
+    runs.verify_folder(out / "checkpoint")
+    assert torch.load(out / "checkpoint" / "trainer_state.pt", weights_only=True)["step"] == 2
+    assert train.main(cli(out, "--resume")) == 0
+
+
+def test_a_nan_before_the_first_checkpoint_says_there_is_none(small_data, tmp_path, capsys):
+    out = tmp_path / "run"
+    trainer = Trainer(tiny(), out, progress=False, quiet=True)
+    with torch.no_grad():
+        trainer.model.embed.weight.fill_(float("nan"))
+    with pytest.raises(FloatingPointError, match="no checkpoint was saved yet"):
+        trainer.run()
+    assert not (out / "checkpoint").exists()
+
+
+# ------------------------------------------------------------------------------------------ settings as text
+def test_set_reads_each_value_as_its_fields_type(small_data, tmp_path, capsys):
+    parser = train.command_line()
+    for text in ("False", "false", "no", "off", "0"):
+        assert train.parse_overrides(parser, [f"attn_bias={text}"]) == {"attn_bias": False}
+    for text in ("True", "yes", "on", "1"):
+        assert train.parse_overrides(parser, [f"attn_bias={text}"]) == {"attn_bias": True}
+    assert train.parse_overrides(parser, ["n_kv_heads=none", "srpe_k=inf", "atm=off", "d=32"]) == \
+        {"n_kv_heads": None, "srpe_k": math.inf, "atm": "off", "d": 32}
+    for bad, words in [("attn_bias=maybe", "true or false"), ("d=32.5", "integer"), ("atm_tau=high", "number"),
+                       ("colour=blue", "no model config field")]:
+        with pytest.raises(ValueError, match=words):
+            train.parse_overrides(parser, [bad])
+    assert train.main(cli(tmp_path / "run", "--set", "attn_bias=False")) == 0
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["model"]["attn_bias"] is False
+
+
+def test_from_pretrained_checks_what_it_reads(tmp_path):
+    folder = tmp_path / "model"
+    LanguageModel(preset("tiny-llama")).save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    for held, words in [([1, 2], "holds a list"), ({**config, "srpe_f": math.inf}, "srpe_f must be a finite"),
+                        ({**config, "attn_bias": "False"}, "attn_bias must be a bool")]:
+        (folder / "config.json").write_text(json.dumps(held))
+        with pytest.raises(ValueError, match=words):
+            LanguageModel.from_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps(config))
+    LanguageModel.from_pretrained(folder)
+    for how in ("truncate", "empty"):
+        damage(folder / "model.safetensors", how)
+        with pytest.raises(ValueError, match="model.safetensors cannot be read"):
+            LanguageModel.from_pretrained(folder)
+
+
+# ----------------------------------------------------------------------------------------- budgets in time
+def test_a_minutes_budget_ends_the_run_by_the_clock_and_the_schedule_follows_it(small_data, tmp_path):
+    out = tmp_path / "run"
+    trainer = Trainer(tiny(steps=10**6, minutes=0.02, eval_every=10**5), out, progress=False, quiet=True)
+    start = time.perf_counter()
+    last = trainer.run()
+    assert 1.2 <= trainer.elapsed and time.perf_counter() - start < 60
+    assert 2 < trainer.step < 10**6 and last["tokens"] > 0                        # ended by time, then evaluated
+    lrs = [r["lr"] for r in train.read_metrics(out) if "lr" in r]
+    assert max(lrs) > 0.8 * 3e-3 and lrs[-1] < 0.2 * 3e-3        # warmed up, then annealed by the clock
+
+
+def test_quick_mode_keeps_a_clock_budget_a_clock_budget(small_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("MINWIOLA_QUICK", "1")
+    assert train.main(cli(tmp_path / "run", "--minutes", "5", "--steps", "100000")) == 0
+    held = json.loads((tmp_path / "run" / "config.json").read_text())["train"]
+    assert held["minutes"] == 0.1 and held["steps"] == 20
+
+
+def test_model_config_checks_every_fields_type():
+    from minwiola.model import ModelConfig
+    for field, value, words in [("attn_bias", "False", "attn_bias must be a bool"), ("tie_head", 1, "must be a bool"),
+                                ("d", 32.0, "d must be a positive int"), ("dropout", True, "dropout must be a float"),
+                                ("srpe_f", math.inf, "srpe_f must be a finite"), ("atm_tau", "high", "must be a float"),
+                                ("gcla_phi", math.nan, "gcla_phi must be a finite"), ("init_std", 0.0, "init_std"),
+                                ("srpe_k", math.nan, "srpe_k must be a finite number or inf"), ("ffn", None, "ffn")]:
+        with pytest.raises(ValueError, match=words):
+            ModelConfig(**{field: value})
+    assert ModelConfig(srpe_k=math.inf, rope_theta=500000).rope_theta == 500000     # an int is a fine float
