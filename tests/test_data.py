@@ -1,8 +1,6 @@
-"""Finding, verifying, reading, caching and batching TinyStories, and the downloader against a local server."""
+"""Finding, verifying, reading, caching and batching TinyStories, and `data info` (the downloader: test_download.py)."""
 import gzip
 import hashlib
-import http.server
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +42,13 @@ def test_search_order(env, monkeypatch):
     monkeypatch.setenv("MINWIOLA_DATA", str(mine))
     assert data.find_data_dir() == mine                      # the env var comes first
     assert data.load_stories("valid") == ["env story"]
+    monkeypatch.setenv("MINWIOLA_DATA", str(env / "missing"))
+    with pytest.raises(data.DataFileError, match="MINWIOLA_DATA=.*missing is not a folder; point it at"):
+        data.find_data_dir()
+    (env / "empty").mkdir()
     monkeypatch.setenv("MINWIOLA_DATA", str(env / "empty"))
-    with pytest.raises(data.DataFileError, match="MINWIOLA_DATA=.*holds no TinyStories files; looked for"):
+    with pytest.raises(data.DataFileError, match="MINWIOLA_DATA=.*holds no TinyStories files; looked for .*"
+                                                 "fetch them with: python -m minwiola.data download --dest"):
         data.find_data_dir()
 
 
@@ -162,123 +165,25 @@ def test_get_batch_is_reproducible_and_shifted():
         data.get_batch(stream[:10], 2, 16, torch.Generator())
 
 
-# ---------------------------------------------------------------------------------------------------
-# The downloader, end to end against a real HTTP server on 127.0.0.1
-# ---------------------------------------------------------------------------------------------------
-
-class RangeHandler(http.server.SimpleHTTPRequestHandler):
-    """Serves files from `directory`, honouring `Range: bytes=N-` (a 206 reply), and logs each request."""
-    log: list = []
-    cut_after: int | None = None   # send only this many bytes of the body, then hang up
-    ignore_range = False           # behave like a server without Range support: always 200 and the whole file
-
-    def do_GET(self):
-        path = Path(self.directory) / self.path.lstrip("/")
-        RangeHandler.log.append((self.path, self.headers.get("Range")))
-        if not path.is_file():
-            self.send_error(404, "Not Found")
-            return
-        body, start = path.read_bytes(), 0
-        rng = None if RangeHandler.ignore_range else self.headers.get("Range")
-        if rng:
-            start = int(rng.removeprefix("bytes=").rstrip("-"))
-            if start >= len(body):
-                self.send_error(416, "Range Not Satisfiable")
-                return
-            self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-        else:
-            self.send_response(200)
-        self.send_header("Content-Length", str(len(body) - start))
-        self.end_headers()
-        payload = body[start:]
-        if RangeHandler.cut_after is not None:
-            payload = payload[:RangeHandler.cut_after]
-        self.wfile.write(payload)
-
-    def log_message(self, *args):
-        pass
+@pytest.mark.parametrize("folder", ["missing", "empty"])
+def test_info_with_a_bad_minwiola_data_is_one_error_line(env, monkeypatch, capsys, folder):
+    (env / "empty").mkdir()
+    monkeypatch.setenv("MINWIOLA_DATA", str(env / folder))
+    assert data.main(["info"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: MINWIOLA_DATA={env / folder} "), err
 
 
-@pytest.fixture
-def server(tmp_path):
-    """A real HTTP server on 127.0.0.1 serving `tmp_path/www`, with the genuine sample as the valid file when
-    it is present (else a generated file)."""
-    www = tmp_path / "www"
-    www.mkdir()
-    if SAMPLE.is_dir():
-        content = gzip.decompress((SAMPLE / "valid.txt.gz").read_bytes())
-    else:
-        content = "".join(s + "\n<|endoftext|>\n" for s in corpus.builtin_stories("valid")).encode()
-    (www / "TinyStories-valid.txt").write_bytes(content)
-    RangeHandler.log, RangeHandler.cut_after, RangeHandler.ignore_range = [], None, False
-    handler = lambda *a, **k: RangeHandler(*a, directory=str(www), **k)  # noqa: E731
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}", content
-    httpd.shutdown()
-    httpd.server_close()
-
-
-def test_download_verifies_and_records_checksum(server, tmp_path, monkeypatch):
-    url, content = server
-    dest = tmp_path / "dl"
-    path = data.download("valid", dest, base_url=url, sha256=hashlib.sha256(content).hexdigest(), progress=False)
-    assert path.read_bytes() == content
-    assert (dest / "TinyStories-valid.txt.sha256").read_text().split()[0] == hashlib.sha256(content).hexdigest()
-    monkeypatch.setenv("MINWIOLA_DATA", str(dest))
-    assert data.load_stories("valid") == data.split_stories(content.decode())
-    data.download("valid", dest, base_url=url, progress=False)    # already there: verified, not fetched
-    assert len(RangeHandler.log) == 1
-
-
-def test_download_resumes_with_a_range_request(server, tmp_path):
-    url, content = server
-    dest = tmp_path / "dl"
-    RangeHandler.cut_after = 100_000                                   # the first try breaks off
-    with pytest.raises(data.DataFileError, match="connection closed early"):
-        data.download("valid", dest, base_url=url, progress=False)
-    assert (dest / "TinyStories-valid.txt.part").stat().st_size == 100_000
-    RangeHandler.cut_after = None
-    data.download("valid", dest, base_url=url, sha256=hashlib.sha256(content).hexdigest(), progress=False)
-    assert RangeHandler.log[-1] == ("/TinyStories-valid.txt", "bytes=100000-")
-    assert (dest / "TinyStories-valid.txt").read_bytes() == content
-    assert not (dest / "TinyStories-valid.txt.part").exists()
-
-
-def test_resume_from_a_server_without_range_support_starts_over(server, tmp_path):
-    url, content = server
-    dest = tmp_path / "dl"
-    dest.mkdir()
-    (dest / "TinyStories-valid.txt.part").write_bytes(content[:5000])
-    RangeHandler.ignore_range = True                                   # replies 200 with the whole file
-    data.download("valid", dest, base_url=url, sha256=hashlib.sha256(content).hexdigest(), progress=False)
-    assert RangeHandler.log[-1][1] == "bytes=5000-"
-    assert (dest / "TinyStories-valid.txt").read_bytes() == content   # not the partial + the whole file
-
-
-def test_download_with_wrong_checksum_is_deleted(server, tmp_path):
-    url, _ = server
-    dest = tmp_path / "dl"
-    with pytest.raises(data.DataFileError, match="expected 0000000000000000"):
-        data.download("valid", dest, base_url=url, sha256="0" * 64, progress=False)
-    assert not any(dest.iterdir())
-
-
-def test_download_errors_are_clear(server, tmp_path):
-    url, _ = server
-    with pytest.raises(data.DataFileError, match="HTTP 404"):
-        data.download("train", tmp_path / "dl", base_url=url, progress=False)
-    with pytest.raises(data.DataFileError, match="could not reach"):
-        data.download("valid", tmp_path / "dl", base_url="http://127.0.0.1:9", progress=False)
-
-
-def test_download_cli(server, tmp_path, capsys):
-    url, content = server
-    assert data.main(["download", "--split", "valid", "--dest", str(tmp_path / "c"), "--base-url", url,
-                      "--quiet"]) == 0
-    assert (tmp_path / "c" / "TinyStories-valid.txt").read_bytes() == content
-    assert data.main(["download", "--split", "train", "--dest", str(tmp_path / "c"), "--base-url", url,
-                      "--quiet"]) == 1
-    assert "HTTP 404" in capsys.readouterr().err
+def test_one_split_of_the_sample_is_not_called_the_sample(env, monkeypatch, capsys):
+    folder = env / "d"
+    write_split(folder, "valid.txt.gz", ["a story"], gz=True)          # the sample's valid file name, alone
+    monkeypatch.setenv("MINWIOLA_DATA", str(folder))
+    assert data.describe_source() == "TinyStories, valid split only (valid.txt.gz; no train file)"
+    assert data.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "train: missing (looked for" in out and "download --split train --dest" in out
+    assert "valid: valid.txt.gz" in out
+    write_split(folder, "train-000.txt.gz", ["a story"], gz=True)      # both sample files: the sample
+    assert data.describe_source().startswith("TinyStories sample (")
+    write_split(folder, "train-001.txt.gz", ["a story"], gz=True)      # more than the sample: named by its files
+    assert data.describe_source() == "TinyStories (train-000.txt.gz, train-001.txt.gz, valid.txt.gz)"
