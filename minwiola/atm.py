@@ -83,7 +83,9 @@ def groups_of(slot: torch.Tensor) -> list[list[tuple[int, ...]]]:
 
 
 def merge_ratio(slot: torch.Tensor) -> float:
-    """mu = 1 - T'/T over the batch (eq. 33)."""
+    """mu = 1 - T'/T over the batch (eq. 33); 0 for an empty plan (no tokens, nothing merged)."""
+    if slot.numel() == 0:
+        return 0.0
     return 1.0 - float((slot[:, -1] + 1).sum()) / slot.numel()
 
 
@@ -129,13 +131,17 @@ def merged_attention(attention, h: torch.Tensor, tau: float, kind: str = "copy-f
                      context: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Run `attention` (a MultiHeadAttention or GCLA) on the merged tokens of h (B, T, d) and unmerge its output:
     (output (B, T, d), slot (B, T)). Merged slots keep their first member's original position; a per-position
-    GCLA context (B, T, Lambda, d) follows each slot's first member too."""
+    GCLA context (B, T, Lambda, d) follows each slot's first member too. An empty batch (B = 0 or T = 0) has
+    nothing to merge: it runs as is, so the model gives empty logits in training as in evaluation."""
+    extra = () if context is None else (context,)
+    if h.shape[0] == 0 or h.shape[1] == 0:
+        # rho has T - 1 entries, so a plan cannot tell T = 0 from T = 1; and there is no slot to take a max of
+        return attention(h, *extra), torch.zeros(h.shape[:2], dtype=torch.long, device=h.device)
     with torch.no_grad():                                   # a discrete decision: no gradient flows through it
         slot = merge_plan(similarity(h), tau)
     merged, positions = merge(h, slot, kind)
-    extra = ()
-    if context is not None:
-        extra = (gather_tokens(context, positions) if context.shape[1] > 1 else context,)
+    if context is not None and context.shape[1] > 1:        # a per-position context follows each slot's first
+        extra = (gather_tokens(context, positions),)
     return unmerge(attention(merged, *extra, positions=positions), slot), slot
 
 

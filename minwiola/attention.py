@@ -113,15 +113,25 @@ class KVCache:
         self.v: torch.Tensor | None = None
         self.input_sum: torch.Tensor | None = None   # GCLA: running sum of the layer's input (gcla.summarize)
 
+    def check(self, B: int, T: int) -> None:
+        """Raise ValueError unless T new positions of B sequences fit: the batch the cache was filled with, and
+        room up to max_len. Callers check before they change anything, so a refused call leaves the cache as
+        it was and decoding can go on."""
+        held = self.k if self.k is not None else self.input_sum
+        if held is not None and held.shape[0] != B:
+            raise ValueError(f"a batch of {B} sequences does not match the cache, which holds {held.shape[0]}: "
+                             f"a cache continues the sequences it was filled with")
+        if self.length + T > self.max_len:
+            raise ValueError(f"KV cache holds at most max_len={self.max_len} positions; "
+                             f"{self.length} + {T} new ones do not fit")
+
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k, v (B, H_kv, T, d_h) after the cached positions; return all keys and values so far."""
         T = k.shape[-2]
         if self.k is not None and (k.shape[:-2] != self.k.shape[:-2] or k.shape[-1] != self.k.shape[-1]):
             raise ValueError(f"keys of shape {tuple(k.shape)} do not match the cache's (B, H_kv, ., d_h) = "
                              f"{tuple(self.k.shape[:-2])} + (., {self.k.shape[-1]})")
-        if self.length + T > self.max_len:
-            raise ValueError(f"KV cache holds at most max_len={self.max_len} positions; "
-                             f"{self.length} + {T} new ones do not fit")
+        self.check(k.shape[0], T)
         if self.k is None:
             shape = (*k.shape[:-2], self.max_len, k.shape[-1])
             self.k = torch.zeros(shape, dtype=k.dtype, device=k.device)
@@ -184,16 +194,20 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"rotary positions need an even head width, got d_h={self.d_h}")
         self.out = nn.Linear(H * self.d_h, d, bias=bias)
         self.H, self.H_kv, self.mode, self.impl, self.rope = H, H_kv, qkv, impl, rope
+        self.rotary, self.rope_theta, self.srpe, self.max_len = positions, rope_theta, srpe, max_len
         if rope:
-            p = torch.arange(max_len)
-            if positions == "srpe":
-                cos, sin = srpe_coefficients(p, self.d_h, rope_theta, *srpe)   # c, s of eqs. 15-16
-            else:
-                cos, sin = rope_coefficients(p, self.d_h, rope_theta)
-            # (max_len, d_h/2) tables computed in float64; like any buffer they follow model.to(dtype) (float32 is
-            # accurate to ~1e-7; for bf16 training keep the weights in float32 and use autocast). Not saved.
-            self.register_buffer("cos", cos, persistent=False)
-            self.register_buffer("sin", sin, persistent=False)
+            # (max_len, d_h/2) tables, computed in float64 and stored, rounded once, in the default dtype like the
+            # weights (float32 normally: no float64 buffer, which Apple's MPS cannot hold). Like any buffer they
+            # follow model.to(dtype); for bf16 training keep the weights in float32 and use autocast. Not saved.
+            cos, sin = self.exact_coefficients(torch.arange(max_len))
+            self.register_buffer("cos", cos.to(torch.get_default_dtype()), persistent=False)
+            self.register_buffer("sin", sin.to(torch.get_default_dtype()), persistent=False)
+
+    def exact_coefficients(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin for positions p (1-D), each (len(p), d_h/2), computed afresh in float64 (positions.py)."""
+        if self.rotary == "srpe":
+            return srpe_coefficients(p, self.d_h, self.rope_theta, *self.srpe)   # c, s of eqs. 15-16
+        return rope_coefficients(p, self.d_h, self.rope_theta)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries (B, H, T, d_h), keys and values (B, H_kv, T, d_h)."""
@@ -209,12 +223,22 @@ class MultiHeadAttention(nn.Module):
         """cos, sin for positions start .. start + T - 1, (T, d_h/2); or, when `positions` (B, T) is given (ATM's
         merged tokens keep their original positions), for those positions, (B, 1, T, d_h/2)."""
         if positions is not None:
-            if positions.numel() and positions.max() >= self.cos.shape[0]:
-                raise ValueError(f"positions up to {int(positions.max()) + 1} exceed max_len={self.cos.shape[0]}")
-            return self.cos[positions][:, None], self.sin[positions][:, None]
-        if start + T > self.cos.shape[0]:
-            raise ValueError(f"positions up to {start + T} exceed max_len={self.cos.shape[0]}")
-        return self.cos[start:start + T], self.sin[start:start + T]
+            if positions.numel() and positions.max() >= self.max_len:
+                raise ValueError(f"positions up to {int(positions.max()) + 1} exceed max_len={self.max_len}")
+            cos, sin = self.rows(positions.reshape(-1))
+            shape = (positions.shape[0], 1, positions.shape[1], self.d_h // 2)
+            return cos.view(shape), sin.view(shape)
+        if start + T > self.max_len:
+            raise ValueError(f"positions up to {start + T} exceed max_len={self.max_len}")
+        return self.rows(torch.arange(start, start + T, device=self.cos.device))
+
+    def rows(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tables' rows for positions p (1-D). A module converted to float64 (tests, gradient checks) holds
+        float32 tables upcast, right to only about 7 digits; there the rows are computed afresh in float64
+        instead, which is exact and cheap (len(p) x d_h/2 numbers). Every other dtype reads its table."""
+        if self.cos.dtype == torch.float64:
+            return self.exact_coefficients(p)
+        return self.cos[p], self.sin[p]
 
     def attend(self, x: torch.Tensor, cache: KVCache | None = None, positions: torch.Tensor | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -43,6 +43,7 @@ def summarize(x: torch.Tensor, kind: str = "causal", cache: KVCache | None = Non
 
     kind="causal": position t gets the mean of x over positions 0..t, (B, T, d). With a cache, the mean runs over
     every position the cache has seen (their sum is kept in `cache.input_sum`; call before the layer appends).
+    The cache is checked first (`KVCache.check`), so a call it refuses leaves the running sum as it was.
     kind="literal": the mean over the T positions of this call, (B, 1, d), the same for every position (eq. 20
     as printed; with a cache, each call averages only its own tokens, which is what a literal implementation does).
     """
@@ -54,10 +55,12 @@ def summarize(x: torch.Tensor, kind: str = "causal", cache: KVCache | None = Non
     total = x.cumsum(1)                                            # sum of positions 0..t
     seen = 0
     if cache is not None:
+        cache.check(x.shape[0], T)              # before the sum changes: the layer's append would refuse too late
         seen = cache.length
         if cache.input_sum is not None:
             total = total + cache.input_sum[:, None]
-        cache.input_sum = total[:, -1].detach().clone()
+        if T:                                   # no new tokens (T = 0): the sum stays, and total has no last row
+            cache.input_sum = total[:, -1].detach().clone()
     count = torch.arange(seen + 1, seen + T + 1, device=x.device, dtype=x.dtype)
     return total / count[:, None]
 

@@ -6,6 +6,9 @@ Sampling rules, applied to the logits z of the last position:
 * top-k: keep only the k most likely tokens, renormalise;
 * top-p (nucleus): keep the smallest set of most likely tokens whose probabilities add up to at least p.
 
+Logits no token can honestly be picked from (NaN, +inf, a row of -inf only), and a temperature so small that
+z / t overflows, raise ValueError instead of quietly picking a wrong token.
+
 With the KV cache each step feeds only the newest token; without it, each step re-reads the whole sequence.
 Both give the same tokens (tested); the cache is faster (benchmarks/generation_bench.py).
 """
@@ -29,13 +32,35 @@ def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
 
 
+def check_logits(logits: torch.Tensor) -> None:
+    """Raise ValueError on logits no token can honestly be picked from: NaN or +inf anywhere (argmax would return
+    the NaN's index as if it were the best token, and softmax turns either into NaN), or a row of -inf only (every
+    token ruled out)."""
+    top = logits.amax(-1)                      # each row's largest logit; NaN if the row holds one (amax keeps it)
+    if torch.isfinite(top).all():              # the usual case, one check
+        return
+    if torch.isnan(top).any():
+        raise ValueError("the logits contain NaN: the model's output is broken (diverged weights? an overflow in "
+                         "float16?), so no token can be picked from it")
+    if torch.isposinf(top).any():
+        raise ValueError("the logits contain +inf: the model's output overflowed, so no token can be picked from it")
+    raise ValueError("every logit of a row is -inf: all tokens are ruled out, none can be picked")
+
+
 def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """Next token ids (B,) from logits (B, V)."""
     check_sampling(temperature, top_k, top_p)
+    check_logits(logits)
     if temperature == 0:
         return logits.argmax(-1)
     logits = logits.float() / temperature
+    # softmax(z / t) needs a finite largest value in each row. A tiny t (1e-45) overflows z / t to +inf (or every
+    # entry to -inf), and softmax would answer NaN. Then t is too small for these logits; greedy is its limit.
+    if not torch.isfinite(logits.amax(-1)).all():
+        raise ValueError(f"temperature={temperature} is too small for these logits: logits / temperature overflows "
+                         f"float32, so no distribution is left to sample from; use temperature=0 for greedy "
+                         f"decoding")
     if top_k is not None and top_k < logits.shape[-1]:
         keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, logits.topk(top_k, dim=-1).indices, True)
         logits = logits.masked_fill(~keep, float("-inf"))   # exactly k survive, even when scores tie

@@ -40,16 +40,16 @@ def sinusoidal(T: int, d: int, base: float = 10000.0, dtype=torch.float32) -> to
     return table.to(dtype)
 
 
-def rope_frequencies(d_h: int, theta0: float = 10000.0) -> torch.Tensor:
+def rope_frequencies(d_h: int, theta0: float = 10000.0, device=None) -> torch.Tensor:
     """Inverse frequencies w_j = theta0^(-2j/d_h), j = 0 .. d_h/2 - 1 (Wiola eq. 11), in float64."""
     if d_h % 2:
         raise ValueError(f"rotary positions need an even head width d_h, got {d_h}")
-    return theta0 ** (-2.0 * torch.arange(d_h // 2, dtype=torch.float64) / d_h)
+    return theta0 ** (-2.0 * torch.arange(d_h // 2, dtype=torch.float64, device=device) / d_h)
 
 
 def rope_coefficients(p: torch.Tensor, d_h: int, theta0: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
     """(cos, sin) of the angles p * w_j for positions p (1-D), each of shape (len(p), d_h // 2), float64."""
-    angles = p.to(torch.float64)[:, None] * rope_frequencies(d_h, theta0)
+    angles = p.to(torch.float64)[:, None] * rope_frequencies(d_h, theta0, p.device)
     return torch.cos(angles), torch.sin(angles)
 
 
@@ -67,7 +67,7 @@ def srpe_coefficients(p: torch.Tensor, d_h: int, theta0: float = 10000.0, k_s: f
                       f_s: float = 1 / 16) -> tuple[torch.Tensor, torch.Tensor]:
     """(c, s) of Wiola eqs. 15-16 for positions p (1-D): each (len(p), d_h // 2), float64."""
     check_srpe(k_s, a_s, f_s)
-    w = rope_frequencies(d_h, theta0)                               # eq. 11
+    w = rope_frequencies(d_h, theta0, p.device)                     # eq. 11
     p = p.to(torch.float64)[:, None]
     theta = p * w * (1 + 1 / k_s)                                   # eqs. 12-13 (1 / inf = 0)
     r = 1 + a_s * torch.sin(p * f_s * w)                            # eq. 14

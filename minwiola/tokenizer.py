@@ -153,11 +153,17 @@ def train_bpe(text: str, vocab_size: int, specials=DEFAULT_SPECIALS, pattern: st
     return vocab
 
 
+def _specials_pattern(specials) -> str:
+    """A regex matching any special-token string, the longest first: the regex takes the first alternative that
+    matches, so with `<|endoftext|>` listed before `<|endoftext|><|endoftext|>` the long one would be cut in two."""
+    return "|".join(regex.escape(s) for s in sorted(specials, key=len, reverse=True))
+
+
 def _split_specials(text: str, specials) -> list[str]:
     """Cut `text` at every special-token string (the strings themselves are dropped)."""
     if not specials:
         return [text]
-    return regex.split("|".join(regex.escape(s) for s in specials), text)
+    return regex.split(_specials_pattern(specials), text)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -168,7 +174,8 @@ class Tokenizer:
     """A byte-level BPE tokenizer: `vocab[i]` holds the bytes of token i; special tokens come last.
 
     `encode(text)` and `decode(ids)` use the fast path (a `tiktoken.Encoding` built from our own ranks);
-    `encode_reference` is the readable Python encoder and gives identical ids.
+    `encode_reference` is the readable Python encoder and gives identical ids. Where one special token starts
+    another (`<|endoftext|>` and `<|endoftext|><|endoftext|>`), both take the longest one that matches.
     """
 
     def __init__(self, vocab: list[bytes], specials=DEFAULT_SPECIALS, pattern: str = PATTERN):
@@ -235,7 +242,7 @@ class Tokenizer:
         ids: list[int] = []
         chunks = [text]
         if allowed_special and self.specials:
-            chunks = regex.split("(" + "|".join(regex.escape(s) for s in self.specials) + ")", text)
+            chunks = regex.split("(" + _specials_pattern(self.specials) + ")", text)   # keep the specials
         for chunk in chunks:
             if allowed_special and chunk in self.specials:
                 ids.append(self.specials[chunk])
@@ -258,9 +265,14 @@ class Tokenizer:
         """Text to ids. By default a special-token string inside `text` is encoded as ordinary text, so
         user text can never inject an `<|endoftext|>`; pass `allowed_special=True` to map it to its id."""
         text = normalize(text)
-        if allowed_special:
-            return self.fast.encode(text, allowed_special="all")
-        return self.fast.encode_ordinary(text)
+        if not (allowed_special and self.specials):
+            return self.fast.encode_ordinary(text)
+        # We cut out the specials ourselves, longest first, as `encode_reference` does: tiktoken tries them in the
+        # order of its internal hash map, so which of two overlapping specials it takes depends on their spelling.
+        ids: list[int] = []
+        for chunk in regex.split("(" + _specials_pattern(self.specials) + ")", text):
+            ids.extend([self.specials[chunk]] if chunk in self.specials else self.fast.encode_ordinary(chunk))
+        return ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """`encode` over many texts, in parallel threads."""
