@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from .model import LanguageModel
+from .runs import SUMS, verify_folder
 
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -76,10 +77,15 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
 @torch.no_grad()
 def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, seed: int = 0, use_cache: bool = True,
-                 stop_id: int | None = None) -> torch.Tensor:
+                 stop_id: int | None = None, n_ids: int | None = None) -> torch.Tensor:
     """Extend idx (B, T) by up to `max_new_tokens` sampled tokens; stops early when every row has made `stop_id`
-    (rows that finish earlier keep sampling until then: cut them at their first `stop_id`)."""
+    (rows that finish earlier keep sampling until then: cut them at their first `stop_id`).
+
+    `n_ids`: only ids below it are ever produced. A model's vocabulary may be padded beyond its tokenizer's (a
+    multiple of 64 runs faster on GPUs); the padding ids stand for no text, so they are ruled out here."""
     check_sampling(temperature, top_k, top_p)
+    if n_ids is not None and not 1 <= n_ids <= model.config.vocab_size:
+        raise ValueError(f"n_ids must be in [1, vocab_size={model.config.vocab_size}], got {n_ids}")
     if idx.dim() != 2 or idx.shape[1] < 1:
         raise ValueError(f"the prompt idx must be (B, T) with T >= 1, got shape {tuple(idx.shape)}")
     if max_new_tokens < 0:
@@ -92,7 +98,7 @@ def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, t
     model.eval()
     generator = torch.Generator(device=idx.device).manual_seed(seed)
     cache = model.new_cache() if use_cache else None
-    logits = model(idx, cache)[:, -1]
+    logits = model(idx, cache)[:, -1, :n_ids]
     if max_new_tokens == 0:
         model.train(was_training)
         return idx
@@ -105,7 +111,7 @@ def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, t
             if done.all():
                 break
         if step + 1 < max_new_tokens:
-            logits = (model(nxt[:, None], cache) if use_cache else model(idx))[:, -1]
+            logits = (model(nxt[:, None], cache) if use_cache else model(idx))[:, -1, :n_ids]
     model.train(was_training)
     return idx
 
@@ -124,7 +130,8 @@ def generate(model: LanguageModel, tokenizer, prompt: str, max_new_tokens: int =
     idx = torch.tensor([start], dtype=torch.long, device=device)
     room = model.config.context - len(start)
     out = generate_ids(model, idx, min(max_new_tokens, room), temperature, top_k, top_p, seed, use_cache,
-                       stop_id=tokenizer.eot_id)[0, len(start):].tolist()
+                       stop_id=tokenizer.eot_id, n_ids=min(tokenizer.vocab_size, model.config.vocab_size)
+                       )[0, len(start):].tolist()
     if tokenizer.eot_id in out:
         out = out[:out.index(tokenizer.eot_id)]
     return prompt + tokenizer.decode(out)
@@ -149,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
             folder = folder / inner
             break
     try:
+        if (folder / SUMS).is_file():                  # a run folder's checkpoint: check it is the one written
+            verify_folder(folder)
         model = LanguageModel.from_pretrained(folder)
         tokenizer = model.tokenizer or default_tokenizer()
         print(generate(model, tokenizer, args.prompt, args.tokens, args.temperature, args.top_k, args.top_p,

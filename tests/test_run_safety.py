@@ -67,13 +67,19 @@ def test_overwrite_deletes_only_what_the_trainer_wrote(small_data, tmp_path):
 
 @pytest.mark.parametrize("mistake", [["--set", "d=20", "n_heads=4"], ["--set", "init_std=-1"], ["--device", "cuda"],
                                      ["--device", "foo"], ["--set", "atm_tau=high"], ["--minutes", "inf"],
-                                     ["--set", "srpe_f=inf"], ["--set", "attn_bias=maybe"], "data"])
+                                     ["--set", "srpe_f=inf"], ["--set", "attn_bias=maybe"], "data", "short data"])
 def test_overwrite_with_a_mistake_leaves_the_old_run_alone(small_data, tmp_path, capsys, monkeypatch, mistake):
     out = tmp_path / "run"
     before = finished_run(out)
     capsys.readouterr()
     if mistake == "data":
         monkeypatch.setenv("MINWIOLA_DATA", str(tmp_path / "mistyped"))
+        mistake = []
+    if mistake == "short data":                             # too few tokens for one window: seen at the first batch
+        (tmp_path / "short").mkdir()
+        for split in ("train", "valid"):
+            (tmp_path / "short" / f"{split}.txt").write_text("Once upon a time.")
+        monkeypatch.setenv("MINWIOLA_DATA", str(tmp_path / "short"))
         mistake = []
     assert train.main(cli(out, "--overwrite", *mistake)) == 1
     one_error_line(capsys.readouterr().err)
@@ -309,3 +315,26 @@ def test_model_config_checks_every_fields_type():
         with pytest.raises(ValueError, match=words):
             ModelConfig(**{field: value})
     assert ModelConfig(srpe_k=math.inf, rope_theta=500000).rope_theta == 500000     # an int is a fine float
+
+
+def test_a_vocabulary_padded_beyond_the_tokenizer_trains_and_never_samples_a_padding_id(small_data, tmp_path):
+    from minwiola.generate import generate
+    trainer = Trainer(tiny(overrides={**tiny().overrides, "vocab_size": 4160}), tmp_path / "run", progress=False,
+                      quiet=True)
+    assert trainer.run()["tokens"] > 0 and "--- step 12" in (tmp_path / "run" / "samples.txt").read_text()
+    model, tok = trainer.model.eval(), trainer.tokenizer
+    plain = model.forward
+    model.forward = lambda idx, cache=None: plain(idx, cache) + torch.cat(        # the model loves the padding ids
+        [torch.zeros(tok.vocab_size), torch.full((4160 - tok.vocab_size,), 1e4)])
+    for temperature in (0.0, 1.0):
+        story = generate(model, tok, "Once upon a time", 20, temperature=temperature, top_p=None)
+        assert story.startswith("Once upon a time") and len(story) > len("Once upon a time")
+
+
+def test_generate_refuses_a_damaged_run_folder(small_data, tmp_path, capsys):
+    from minwiola.generate import main as generate_main
+    out = tmp_path / "run"
+    finished_run(out)
+    damage(out / "best" / "model.safetensors", "flip")
+    assert generate_main([str(out), "Once upon a time", "--tokens", "3"]) == 1
+    assert "model.safetensors is damaged" in one_error_line(capsys.readouterr().err)
