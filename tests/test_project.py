@@ -43,9 +43,11 @@ def test_readme_gives_the_two_commands_and_ci_runs_the_test_one():
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^run: setup\n\t\$\(BIN\)/python -m minwiola$", makefile, re.M)
     assert re.search(r"^test: setup\n.*-m pytest$", makefile, re.M)
-    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
           if line.strip() and not line.startswith("#")]
-    assert ci[-1] == "make test"
+    assert "env -u MINWIOLA_DATA make test" in ci                        # a newcomer: no data at all
+    assert any(line.startswith("MINWIOLA_DATA=") and line.endswith("OMP_NUM_THREADS=1 make test") for line in ci)
+    assert "export MINWIOLA_QUICK=1" in ci and "set -euo pipefail" in ci
 
 
 def test_readme_lists_every_lesson():
