@@ -250,8 +250,9 @@ class Trainer:
         """Which state `out` is in ("new" or "ours"); raise RunFolderError if the options do not fit it."""
         state = runs.folder_state(self.out)
         if state == "foreign":
-            raise RunFolderError(f"{self.out} is not empty and is not a minwiola run folder (no {runs.MARKER}): "
-                                 "nothing in it is touched; pick another --out")
+            raise RunFolderError(f"{self.out} is not empty and is not a minwiola run folder (no {runs.MARKER}; "
+                                 "runs made before the marker existed have none either): nothing in it is touched; "
+                                 "pick another --out")
         if resume and state == "new":
             raise RunFolderError(f"nothing to resume in {self.out}: no run there")
         if state == "ours" and not (resume or overwrite):
@@ -326,6 +327,10 @@ class Trainer:
             state = torch.load(folder / "trainer_state.pt", weights_only=True, map_location="cpu")
         except Exception as e:                                # unpickling errors have many types
             raise RunFolderError(f"the checkpoint in {folder} cannot be loaded ({e})") from None
+        needed = {"optimizer", "step", "elapsed", "best", "samples_bytes", "torch_rng", "data_rng", "cuda_rng"}
+        if not isinstance(state, dict) or not needed <= state.keys():
+            raise RunFolderError(f"the checkpoint in {folder} cannot be loaded ({folder / 'trainer_state.pt'} "
+                                 f"lacks {sorted(needed - set(state) if isinstance(state, dict) else needed)})")
         if saved.config != self.model.config:
             raise RunFolderError(f"{folder} holds a model with another config ("
                                  + "; ".join(differences(dataclasses.asdict(saved.config), self.record["model"]))

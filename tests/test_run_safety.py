@@ -177,6 +177,12 @@ def damage(path, how):
         path.write_bytes(b"")
 
 
+def reseal(folder):
+    """Rewrite SHA256SUMS for what the folder holds now: a change the checksums cannot see."""
+    (folder / "SHA256SUMS").write_text("".join(f"{runs.sha256_file(p)}  {p.name}\n"
+                                               for p in sorted(folder.iterdir()) if p.name != "SHA256SUMS"))
+
+
 @pytest.mark.parametrize("name, how", [("model.safetensors", "flip"), ("model.safetensors", "truncate"),
                                        ("model.safetensors", "empty"), ("trainer_state.pt", "flip"),
                                        ("trainer_state.pt", "empty"), ("SHA256SUMS", "empty")])
@@ -193,8 +199,7 @@ def test_garbage_that_matches_its_checksum_is_still_refused_cleanly(small_data, 
     finished_run(out)
     folder = out / "checkpoint"
     (folder / "trainer_state.pt").write_bytes(b"not a pickle at all")
-    (folder / "SHA256SUMS").write_text("".join(f"{runs.sha256_file(p)}  {p.name}\n" for p in sorted(folder.iterdir())
-                                               if p.name != "SHA256SUMS"))
+    reseal(folder)
     assert train.main(cli(out, "--resume")) == 1
     assert one_error_line(capsys.readouterr().err).startswith("error: the checkpoint in")
 
@@ -338,3 +343,22 @@ def test_generate_refuses_a_damaged_run_folder(small_data, tmp_path, capsys):
     damage(out / "best" / "model.safetensors", "flip")
     assert generate_main([str(out), "Once upon a time", "--tokens", "3"]) == 1
     assert "model.safetensors is damaged" in one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("state", ["[1, 2]", "not json", '{"train": {}}'])
+def test_a_broken_run_config_on_resume_is_one_error_line(small_data, tmp_path, capsys, state):
+    out = tmp_path / "run"
+    finished_run(out)
+    (out / "config.json").write_text(state)
+    assert train.main(cli(out, "--resume")) == 1
+    assert "config.json" in one_error_line(capsys.readouterr().err)
+
+
+def test_a_trainer_state_missing_fields_is_one_error_line(small_data, tmp_path, capsys):
+    out = tmp_path / "run"
+    finished_run(out)
+    folder = out / "checkpoint"
+    torch.save({"step": 4}, folder / "trainer_state.pt")
+    reseal(folder)
+    assert train.main(cli(out, "--resume")) == 1
+    assert "lacks" in one_error_line(capsys.readouterr().err)
