@@ -13,9 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from tokenizer_bench import hardware  # noqa: E402
+from common import ROOT, hardware  # noqa: E402 (benchmarks/common.py)
 
 CASE = """
 import resource, statistics, sys, time, torch

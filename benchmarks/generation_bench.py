@@ -11,13 +11,10 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from tokenizer_bench import hardware  # noqa: E402
+from common import ROOT, hardware  # noqa: E402 (benchmarks/common.py)
 
 from minwiola.generate import generate_ids  # noqa: E402
 from minwiola.model import LanguageModel, preset  # noqa: E402

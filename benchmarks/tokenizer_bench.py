@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,25 +20,7 @@ import torch
 from minwiola.data import EOT, describe_source, load_stories
 from minwiola.tokenizer import Tokenizer, bytes_per_token, default_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def hardware() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, {platform.system()}"
-
-
-def commit() -> str:
-    """The repository's commit (short hash), for a result file to name the code that made it."""
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
+from common import ROOT, hardware  # benchmarks/common.py
 
 
 def best_of(repeat: int, fn) -> float:

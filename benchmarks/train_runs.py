@@ -21,9 +21,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from tokenizer_bench import commit, hardware  # noqa: E402
+from common import ROOT, commit, hardware  # noqa: E402 (benchmarks/common.py)
 
 from minwiola import data  # noqa: E402
 from minwiola.budget import count_params  # noqa: E402

@@ -86,8 +86,12 @@ def test_readme_benchmark_numbers_come_from_results():
 
 
 def train_runs():
-    """benchmarks/train_runs.py as a module (benchmarks/ is not a package)."""
+    """benchmarks/train_runs.py as a module (benchmarks/ is not a package: its scripts find common.py beside them,
+    as Python does for a script it runs)."""
     import importlib.util
+    import sys
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.append(str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location("train_runs", ROOT / "benchmarks" / "train_runs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
