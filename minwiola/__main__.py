@@ -7,34 +7,34 @@ whatever device there is, then print three stories it writes.
 The tokenizer's own job is `python -m minwiola.tokenizer`.
 """
 import argparse
-import sys
 
 from . import quick_mode
 from .generate import generate
 from .model import LanguageModel
-from .train import main as train
+from .train import command_line, run_command
+
+
+def job_settings(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The trainer's command line with the job's own defaults for what the user did not say: the folder
+    runs/main (replaced on each call unless resumed), and a 3-minute budget that the clock ends."""
+    parser = command_line()
+    parser.prog = "python -m minwiola"
+    parser.set_defaults(out=None, steps=None, minutes=None)         # None: not given, so the job chooses
+    args = parser.parse_args(argv)
+    if args.out is None:
+        args.out, args.overwrite = "runs/main", args.overwrite or not args.resume
+    if args.steps is None:
+        args.steps = 100_000                       # the clock ends the run, and the schedule follows the clock
+        args.minutes = 3.0 if args.minutes is None else args.minutes
+    return parser, args
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # fill in only what the user did not say (in any spelling argparse accepts: --minutes 5, --minutes=5)
-    seen = argparse.ArgumentParser(add_help=False)
-    for flag in ("--out", "--minutes", "--steps"):
-        seen.add_argument(flag)
-    for flag in ("--resume", "--overwrite"):
-        seen.add_argument(flag, action="store_true")
-    given, _ = seen.parse_known_args(argv)
-    if given.out is None:
-        argv += ["--out", "runs/main"] + ([] if given.resume or given.overwrite else ["--overwrite"])
-    if given.minutes is None and given.steps is None:
-        argv += ["--minutes", "3"]
-    if given.steps is None:
-        argv += ["--steps", "100000"]              # the clock ends the run, and the schedule follows the clock
-    status = train(argv)
+    parser, args = job_settings(argv)
+    status = run_command(parser, args)
     if status:
         return status
-    out = given.out or "runs/main"
-    model = LanguageModel.from_pretrained(f"{out}/best")
+    model = LanguageModel.from_pretrained(f"{args.out}/best")
     for seed in range(3):
         story = generate(model, model.tokenizer, "Once upon a time", 60 if quick_mode() else 200, seed=seed)
         print(f"\n--- story {seed + 1} (seed {seed})\n{story}")

@@ -14,8 +14,11 @@ Every choice is a field of `ModelConfig`; an ablation is a different config, nev
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +35,20 @@ from .norm import NORMS, make_norm
 from .positions import POSITIONS, check_srpe, sinusoidal
 
 
+@functools.cache
+def field_types(cls) -> dict[str, tuple[type, bool]]:
+    """Each field of the dataclass `cls` as (type, optional): `int | None` gives (int, True), `float` (float,
+    False). Read from the annotations themselves, so a new field of any type is described too."""
+    hints = typing.get_type_hints(cls)
+    described = {}
+    for f in dataclasses.fields(cls):
+        args = typing.get_args(hints[f.name])
+        optional = type(None) in args and isinstance(hints[f.name], types.UnionType)
+        others = [a for a in args if a is not type(None)] if optional else []
+        described[f.name] = (others[0] if len(others) == 1 else hints[f.name], optional)
+    return described
+
+
 def check_field_types(config, may_be_infinite: set[str] = frozenset()) -> None:
     """Raise ValueError unless every field of the dataclass `config` holds a value of its declared type.
 
@@ -39,19 +56,18 @@ def check_field_types(config, may_be_infinite: set[str] = frozenset()) -> None:
     string "False" (which is true) or a float where an int is meant. A bool is not accepted as a number, an int is
     accepted as a float, and a float must be finite unless its field is in `may_be_infinite` (inf in srpe_f would
     give NaN position tables). Fields of other types (tuples, dicts) are left to the config's own checks."""
-    for f in dataclasses.fields(config):
-        value, kind = getattr(config, f.name), str(f.type)
-        if value is None and kind.endswith("| None"):
+    for name, (kind, optional) in field_types(type(config)).items():
+        value = getattr(config, name)
+        if value is None and optional:
             continue
-        base = kind.removesuffix(" | None")
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        ok = {"bool": isinstance(value, bool), "int": number and isinstance(value, int), "float": number,
-              "str": isinstance(value, str)}.get(base, True)
+        ok = {bool: isinstance(value, bool), int: number and isinstance(value, int), float: number,
+              str: isinstance(value, str)}.get(kind, True)
         if not ok:
-            raise ValueError(f"{f.name} must be {'a' if base != 'int' else 'an'} {base}"
-                             f"{' or None' if kind.endswith('| None') else ''}, got {value!r}")
-        if base == "float" and not math.isfinite(value) and not (f.name in may_be_infinite and value == math.inf):
-            raise ValueError(f"{f.name} must be a finite number{' or inf' if f.name in may_be_infinite else ''}, "
+            raise ValueError(f"{name} must be {'an' if kind is int else 'a'} {kind.__name__}"
+                             f"{' or None' if optional else ''}, got {value!r}")
+        if kind is float and not math.isfinite(value) and not (name in may_be_infinite and value == math.inf):
+            raise ValueError(f"{name} must be a finite number{' or inf' if name in may_be_infinite else ''}, "
                              f"got {value!r}")
 
 

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from . import data, quick_mode, runs
 from .generate import generate
-from .model import LanguageModel, ModelConfig, check_field_types, preset
+from .model import LanguageModel, ModelConfig, check_field_types, field_types, preset
 from .runs import RunFolderError, plot_run, read_metrics  # noqa: F401 (lessons import them from here)
 from .tokenizer import default_tokenizer
 
@@ -488,16 +488,15 @@ def command_line() -> argparse.ArgumentParser:
     parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="FIELD=VALUE",
                         help="model config overrides, e.g. --set dropout=0.1 atm=off (may be repeated)")
     defaults = TrainConfig()
-    kinds = {"int": int, "float": float, "str": str, "int | None": int, "float | None": float}
-    for f in dataclasses.fields(TrainConfig):
-        if f.name in ("overrides", "betas"):
+    for name, (kind, _) in field_types(TrainConfig).items():
+        if name in ("overrides", "betas"):
             continue
-        flag = "--" + f.name.replace("_", "-")
-        if f.type == "bool":
+        flag = "--" + name.replace("_", "-")
+        if kind is bool:
             parser.add_argument(flag, action="store_true")
         else:
-            parser.add_argument(flag, type=kinds[f.type], default=getattr(defaults, f.name),
-                                help=f"default: {getattr(defaults, f.name)}")
+            parser.add_argument(flag, type=kind, default=getattr(defaults, name),
+                                help=f"default: {getattr(defaults, name)}")
     return parser
 
 
@@ -510,7 +509,7 @@ def parse_overrides(parser: argparse.ArgumentParser, items: list[str]) -> dict:
     Each value is read as its field's type: a bool field takes true/false (yes/no, on/off, 1/0), never the string
     "False" (which Python would take as true); int and float fields take numbers; "none" empties an optional one.
     A malformed item is a usage error; a value of the wrong type is a ValueError naming the field."""
-    kinds = {f.name: str(f.type) for f in dataclasses.fields(ModelConfig)}
+    kinds = field_types(ModelConfig)
     overrides = {}
     for item in items:
         key, sep, text = item.partition("=")
@@ -518,33 +517,36 @@ def parse_overrides(parser: argparse.ArgumentParser, items: list[str]) -> dict:
             parser.error(f"--set takes FIELD=VALUE, got {item!r}")
         if key not in kinds:
             raise ValueError(f"--set {item}: no model config field {key!r}; fields are {sorted(kinds)}")
-        overrides[key] = parse_value(key, kinds[key], text)
+        overrides[key] = parse_value(key, *kinds[key], text)
     return overrides
 
 
-def parse_value(name: str, kind: str, text: str):
-    """`text` as a value of type `kind` ("bool", "int", "float", "str", each maybe "| None")."""
-    base, optional = kind.removesuffix(" | None"), kind.endswith("| None")
+def parse_value(name: str, kind: type, optional: bool, text: str):
+    """`text` as a value of type `kind` (bool, int, float or str; None too if `optional`)."""
     if optional and text.lower() in ("none", "null"):
         return None
-    if base == "bool":
+    if kind is bool:
         if text.lower() in TRUE + FALSE:
             return text.lower() in TRUE
         raise ValueError(f"--set {name}={text}: {name} is true or false (or yes/no, on/off, 1/0)")
-    if base in ("int", "float"):
+    if kind in (int, float):
         try:
-            return int(text) if base == "int" else float(text)
+            return kind(text)
         except ValueError:
-            raise ValueError(f"--set {name}={text}: {name} takes {'an integer' if base == 'int' else 'a number'}"
+            raise ValueError(f"--set {name}={text}: {name} takes {'an integer' if kind is int else 'a number'}"
                              f"{' or none' if optional else ''}") from None
     return text
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m minwiola.train ...`: 0 when the run finished, 1 with one `error:` line, 130 on Ctrl-C."""
     parser = command_line()
-    args = parser.parse_args(argv)
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
-              if f.name not in ("overrides", "betas")}
+    return run_command(parser, parser.parse_args(argv))
+
+
+def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Train as the parsed command line says (the main job, `python -m minwiola`, comes in here too)."""
+    values = {name: getattr(args, name) for name in field_types(TrainConfig) if name not in ("overrides", "betas")}
     if quick_mode():                  # CI: the same code path with smaller budgets (a clock budget stays a clock)
         values.update(steps=min(values["steps"], 20), eval_every=min(values["eval_every"], 10))
         if values["minutes"] is not None:
@@ -566,14 +568,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}" + ("; free some space, then continue with --resume" if full else ""), file=sys.stderr)
         return 1
     except torch.cuda.OutOfMemoryError:
-        print(f"error: out of memory on {values['device']}: lower --batch-size (--grad-accum keeps the tokens per step)",
-              file=sys.stderr)
+        print(f"error: out of memory on {values['device']}: lower --batch-size (--grad-accum keeps the tokens per "
+              "step)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
     print(f"done: {trainer.step} steps, held-out {result['nats_per_token']:.4f} nats/token, perplexity "
           f"{result['perplexity']:.2f}, {result['bits_per_byte']:.4f} bits/byte; best weights in {out}/best")
     return 0
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -293,18 +293,18 @@ def test_command_line_options_repeat_and_errors_are_clean(small_data, tmp_path, 
     assert "FIELD=VALUE" in capsys.readouterr().err
 
 
-def test_main_job_fills_in_only_what_was_not_given(monkeypatch):
-    import minwiola.__main__ as job
-    seen = []
-    monkeypatch.setattr(job, "train", lambda argv: seen.append(argv) or 1)
-    job.main([])
-    assert seen[-1] == ["--out", "runs/main", "--overwrite", "--minutes", "3", "--steps", "100000"]
-    job.main(["--minutes=10"])
-    assert seen[-1] == ["--minutes=10", "--out", "runs/main", "--overwrite", "--steps", "100000"]
-    job.main(["--out", "mine", "--steps", "50"])
-    assert seen[-1] == ["--out", "mine", "--steps", "50"]                   # no clock, nothing overwritten
-    job.main(["--resume"])
-    assert seen[-1] == ["--resume", "--out", "runs/main", "--minutes", "3", "--steps", "100000"]
+def test_main_job_fills_in_only_what_was_not_given():
+    from minwiola.__main__ import job_settings
+
+    def settings(*argv):
+        args = job_settings(list(argv))[1]
+        return args.out, args.overwrite, args.resume, args.minutes, args.steps
+    assert settings() == ("runs/main", True, False, 3.0, 100_000)
+    assert settings("--minutes=10") == ("runs/main", True, False, 10.0, 100_000)
+    assert settings("--out", "mine", "--steps", "50") == ("mine", False, False, None, 50)   # no clock, nothing replaced
+    assert settings("--resume") == ("runs/main", False, True, 3.0, 100_000)
+    assert settings("--steps", "50", "--minutes", "2") == ("runs/main", True, False, 2.0, 50)
+    assert job_settings([])[1].preset == "wiola-yocto"
 
 
 def test_generate_command_explains_a_prompt_longer_than_the_context(small_data, tmp_path, capsys):
