@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $@
 
-# The main job: train the tokenizer on the stories and print what it learned.
+# The main job: train a small Wiola for a few minutes, then print three stories it writes.
 run: setup
 	$(BIN)/python -m minwiola
 

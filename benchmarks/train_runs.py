@@ -25,8 +25,7 @@ from common import ROOT, commit, hardware  # noqa: E402 (benchmarks/common.py)
 
 from minwiola import data  # noqa: E402
 from minwiola.budget import count_params  # noqa: E402
-from minwiola.generate import generate  # noqa: E402
-from minwiola.model import LanguageModel  # noqa: E402
+from minwiola.generate import generate, load_model  # noqa: E402
 from minwiola.train import TrainConfig, Trainer, read_metrics  # noqa: E402
 
 PRESETS = ["wiola-yocto", "llama-style", "gpt2-style", "yocto"]
@@ -52,8 +51,7 @@ def best_eval(out: Path, points: int = 60) -> dict:
 
 def story(out: Path) -> str:
     """What the best weights write after "Once upon a time" (seed 0, at most 150 tokens)."""
-    model = LanguageModel.from_pretrained(out / "best")
-    return generate(model, model.tokenizer, "Once upon a time", 150, seed=0)
+    return generate(*load_model(out / "best"), "Once upon a time", 150, seed=0)
 
 
 def table(result: dict) -> str:

@@ -4,13 +4,12 @@ whatever device there is, then print three stories it writes.
     python -m minwiola                     # wiola-yocto, 3 minutes, into runs/main (replaced on each call)
     python -m minwiola --minutes 10        # longer; every other option of `python -m minwiola.train` works too
 
-The tokenizer's own job is `python -m minwiola.tokenizer`.
+The tokenizer's own job is `python -m minwiola.data tokenizer`.
 """
 import argparse
 
 from . import quick_mode
-from .generate import generate
-from .model import LanguageModel
+from .generate import generate, load_model
 from .train import command_line, run_command
 
 
@@ -34,9 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     status = run_command(parser, args)
     if status:
         return status
-    model = LanguageModel.from_pretrained(f"{args.out}/best")
+    model, tokenizer = load_model(args.out)
     for seed in range(3):
-        story = generate(model, model.tokenizer, "Once upon a time", 60 if quick_mode() else 200, seed=seed)
+        story = generate(model, tokenizer, "Once upon a time", 60 if quick_mode() else 200, seed=seed)
         print(f"\n--- story {seed + 1} (seed {seed})\n{story}")
     return 0
 

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from .corpus import builtin_stories
+from .tokenizer import EOT, Tokenizer, bytes_per_token, default_tokenizer, show_tokens
 
 REPO_DATA = Path(__file__).resolve().parents[1] / "data"
 SPLITS = ("train", "valid")
@@ -55,7 +56,6 @@ SAMPLE_FILES = set(KNOWN_SHA256)
 HF_URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main"
 OFFICIAL = {"train": "TinyStories-train.txt", "valid": "TinyStories-valid.txt"}
 DOWNLOAD_HINT = "python -m minwiola.data download"
-EOT = "<|endoftext|>"
 
 
 class DataFileError(ValueError):
@@ -223,7 +223,6 @@ def tokens(split: str, tokenizer=None, source: str = "auto", progress: bool = Fa
     Computed once and cached under `cache_dir()`, in a file named by the split, the data files and the
     tokenizer's hash, so a different tokenizer or a changed file never reuses a stale cache.
     """
-    from .tokenizer import default_tokenizer
     tokenizer = tokenizer if tokenizer is not None else default_tokenizer()
     if tokenizer.vocab_size > 2**16:
         raise ValueError(f"uint16 token files need vocab_size <= 65536, got {tokenizer.vocab_size}")
@@ -631,23 +630,56 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"stop when no byte arrives for this long (default: {READ_TIMEOUT_S:g})")
     dl.add_argument("--quiet", action="store_true", help="no progress bar")
     sub.add_parser("info", help="say where the data is read from")
+    tk = sub.add_parser("tokenizer", help="train a byte-level BPE tokenizer on the training stories and show it")
+    tk.add_argument("--vocab-size", type=int, default=4096)
+    tk.add_argument("--out", type=Path, default=Path("runs/tokenizer.bpe"), help="where to save it (a new file)")
+    tk.add_argument("--overwrite", action="store_true", help="replace --out if it is a tokenizer file already")
     args = parser.parse_args(argv)
     if args.command == "download" and args.sha256 and args.split == "all":
         parser.error("--sha256 needs a single --split")
     try:
         if args.command == "info":
             _info()
+        elif args.command == "tokenizer":
+            _train_tokenizer(args.vocab_size, args.out, args.overwrite)
         else:
             for s in SPLITS if args.split == "all" else (args.split,):
                 download(s, args.dest, args.base_url, args.sha256, progress=not args.quiet,
                          deadline=args.deadline, timeout=args.timeout)
-    except DataFileError as e:  # every failure a user can cause: one line, no traceback
+    except (ValueError, OSError) as e:  # every failure a user can cause: one line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("error: interrupted; run the same command again to resume the download", file=sys.stderr)
         return 130
     return 0
+
+
+def _train_tokenizer(vocab_size: int, out: Path, overwrite: bool) -> None:
+    """Train a tokenizer on the training stories, print what it learned, save it to `out` (never over a file
+    that is not a tokenizer, and over one only with `overwrite`)."""
+    if out.exists():
+        try:
+            Tokenizer.load(out)
+        except (OSError, ValueError):
+            raise DataFileError(f"{out} exists and is not a tokenizer file: it is left alone; choose another --out") \
+                from None
+        if not overwrite:
+            raise DataFileError(f"{out} exists; pass --overwrite to replace it, or choose another --out")
+    train, valid = load_stories("train"), load_stories("valid")
+    print(f"data: {describe_source()}: {len(train):,} training stories, "
+          f"{sum(len(s.encode()) for s in train) / 1e6:.2f} MB")
+    start = time.perf_counter()
+    tok = Tokenizer.train(EOT.join(train), vocab_size)
+    print(f"trained {tok} in {time.perf_counter() - start:.1f} s")
+    print("first 10 merges:", [tok.decode([i]) for i in range(256, 266)])
+    longest = sorted(tok.vocab[256:], key=len, reverse=True)[:10]
+    print("longest tokens: ", [b.decode("utf-8", errors="replace") for b in longest])
+    print(f"held-out compression: {bytes_per_token(tok, valid):.2f} bytes/token (bytes alone: 1.00)")
+    print("a sentence:", show_tokens(tok, "Once upon a time, Lily found a shiny red ball in the garden."))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(out)
+    print(f"saved to {out}")
 
 
 def _seconds(text: str) -> float:

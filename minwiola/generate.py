@@ -22,6 +22,7 @@ import torch
 
 from .model import LanguageModel
 from .runs import SUMS, verify_folder
+from .tokenizer import Tokenizer, default_tokenizer
 
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -137,10 +138,24 @@ def generate(model: LanguageModel, tokenizer, prompt: str, max_new_tokens: int =
     return prompt + tokenizer.decode(out)
 
 
+def load_model(folder: str | Path) -> tuple[LanguageModel, "Tokenizer"]:
+    """A trained model and its tokenizer from a run folder (its best/ weights, else checkpoint/) or a folder
+    written by `save_pretrained`. A run folder's files are checked against their SHA256SUMS first. The tokenizer
+    is the one saved with the model (`tokenizer.bpe`), else the shipped one."""
+    folder = Path(folder)
+    for inner in ("best", "checkpoint"):
+        if (folder / inner / "model.safetensors").is_file():
+            folder = folder / inner
+            break
+    if (folder / SUMS).is_file():
+        verify_folder(folder)
+    model = LanguageModel.from_pretrained(folder)
+    saved = folder / "tokenizer.bpe"
+    return model, Tokenizer.load(saved) if saved.is_file() else default_tokenizer()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m minwiola.generate RUN_DIR "Once upon a time"`: write a story with a trained model: a run folder's
-    best weights (its latest checkpoint if it has no best yet), or a folder written by `save_pretrained`."""
-    from .tokenizer import default_tokenizer
+    """`python -m minwiola.generate RUN_DIR "Once upon a time"`: write a story with a trained model (`load_model`)."""
     parser = argparse.ArgumentParser(prog="python -m minwiola.generate", description="Write a story with a trained model.")
     parser.add_argument("run", help="a run folder (its best/ weights, else checkpoint/) or a save_pretrained folder")
     parser.add_argument("prompt", nargs="?", default="Once upon a time", help="the story's first words")
@@ -150,16 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
     parser.add_argument("--seed", type=int, default=0, help="the same seed writes the same story")
     args = parser.parse_args(argv)
-    folder = Path(args.run)
-    for inner in ("best", "checkpoint"):
-        if (folder / inner / "model.safetensors").is_file():
-            folder = folder / inner
-            break
     try:
-        if (folder / SUMS).is_file():                  # a run folder's checkpoint: check it is the one written
-            verify_folder(folder)
-        model = LanguageModel.from_pretrained(folder)
-        tokenizer = model.tokenizer or default_tokenizer()
+        model, tokenizer = load_model(args.run)
         print(generate(model, tokenizer, args.prompt, args.tokens, args.temperature, args.top_k, args.top_p,
                        args.seed))
     except (OSError, ValueError) as e:

@@ -356,12 +356,10 @@ class LanguageModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu") -> "LanguageModel":
-        """The model `save_pretrained` wrote, in eval mode, with its tokenizer (or None) as `model.tokenizer`. A
-        config.json missing a field, or tensors that do not match the config (missing, unexpected, or of another
-        shape), raise ValueError naming them."""
+        """The model `save_pretrained` wrote, in eval mode (its tokenizer, if saved, is loaded by
+        `minwiola.generate.load_model`: the model knows ids, not text). A config.json missing a field, or tensors
+        that do not match the config (missing, unexpected, or of another shape), raise ValueError naming them."""
         from safetensors.torch import load_file
-
-        from .tokenizer import Tokenizer
         directory = Path(directory)
         for name in ("config.json", "model.safetensors"):
             if not (directory / name).is_file():
@@ -394,8 +392,6 @@ class LanguageModel(nn.Module):
         if problems:
             raise ValueError(f"checkpoint {directory} does not match its config: " + "; ".join(problems))
         model.load_state_dict(saved)
-        model.tokenizer = Tokenizer.load(directory / "tokenizer.bpe") if (directory / "tokenizer.bpe").is_file() \
-            else None
         return model.to(device).eval()
 
     def n_params(self) -> int:

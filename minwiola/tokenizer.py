@@ -356,7 +356,7 @@ class Tokenizer:
 @functools.lru_cache(maxsize=1)
 def default_tokenizer() -> Tokenizer:
     """The project's own tokenizer (one shared instance): 4,096 ids, trained on the TinyStories sample's
-    training split (`MINWIOLA_DATA=... python -m minwiola.tokenizer --out minwiola/assets/tokenizer-4096.bpe`
+    training split (`MINWIOLA_DATA=... python -m minwiola.data tokenizer --out minwiola/assets/tokenizer-4096.bpe`
     rebuilds it)."""
     return Tokenizer.load(SHIPPED)
 
@@ -375,37 +375,3 @@ def bytes_per_token(tokenizer: Tokenizer, texts: list[str]) -> float:
 def show_tokens(tokenizer: Tokenizer, text: str) -> str:
     """`text` with a `|` between tokens, e.g. 'Once| upon| a| time'."""
     return "|".join(tokenizer.decode([i]) for i in tokenizer.encode(text))
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import time
-
-    from .data import EOT as DATA_EOT, describe_source, load_stories
-
-    parser = argparse.ArgumentParser(prog="python -m minwiola.tokenizer",
-                                     description="Train a byte-level BPE tokenizer and show what it learned.")
-    parser.add_argument("--vocab-size", type=int, default=4096)
-    parser.add_argument("--out", type=Path, default=Path("runs/tokenizer.bpe"), help="where to save it")
-    args = parser.parse_args(argv)
-
-    train, valid = load_stories("train"), load_stories("valid")
-    print(f"data: {describe_source()}: {len(train):,} training stories, "
-          f"{sum(len(s.encode()) for s in train) / 1e6:.2f} MB")
-    start = time.perf_counter()
-    tok = Tokenizer.train(DATA_EOT.join(train), args.vocab_size)
-    print(f"trained {tok} in {time.perf_counter() - start:.1f} s")
-    print("first 10 merges:", [tok.decode([i]) for i in range(256, 266)])
-    longest = sorted(tok.vocab[256:], key=len, reverse=True)[:10]
-    print("longest tokens: ", [b.decode("utf-8", errors="replace") for b in longest])
-    print(f"held-out compression: {bytes_per_token(tok, valid):.2f} bytes/token "
-          f"(bytes alone: 1.00)")
-    print("a sentence:", show_tokens(tok, "Once upon a time, Lily found a shiny red ball in the garden."))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(args.out)
-    print(f"saved to {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -137,13 +137,32 @@ def test_readme_preset_parameter_counts():
         assert f"| {c.d_ff_a} / {c.d_ff} | {count_params(c):,} |" in README
 
 
-def test_tokenizer_job_trains_and_saves(tmp_path, capsys):
-    from minwiola.tokenizer import Tokenizer, main
+def test_tokenizer_job_trains_and_saves_but_never_over_a_file_of_yours(tmp_path, capsys):
+    from minwiola.data import main
+    from minwiola.tokenizer import Tokenizer
     out = tmp_path / "tok.bpe"
-    assert main(["--vocab-size", "300", "--out", str(out)]) == 0
+    assert main(["tokenizer", "--vocab-size", "300", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "trained Tokenizer(vocab_size=300" in printed and "bytes/token" in printed and "data:" in printed
     assert Tokenizer.load(out).vocab_size == 300
+    assert main(["tokenizer", "--vocab-size", "300", "--out", str(out)]) == 1           # there is one already
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(["tokenizer", "--vocab-size", "280", "--out", str(out), "--overwrite"]) == 0
+    assert Tokenizer.load(out).vocab_size == 280
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["tokenizer", "--out", str(tmp_path / "notes.txt"), "--overwrite"]) == 1
+    assert (tmp_path / "notes.txt").read_text() == "mine" and "left alone" in capsys.readouterr().err
+    assert main(["tokenizer", "--vocab-size", "10", "--out", str(tmp_path / "small.bpe")]) == 1
+    assert capsys.readouterr().err.startswith("error: vocab_size must be at least")
+
+
+def test_the_tokenizer_never_imports_data_and_the_model_never_imports_the_tokenizer():
+    import ast
+    for module, banned in [("tokenizer", "data"), ("model", "tokenizer")]:
+        tree = ast.parse((ROOT / "minwiola" / f"{module}.py").read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert not {banned, f"minwiola.{banned}"} & imported, f"{module}.py imports {banned}"
 
 
 def test_quick_mode_switch(monkeypatch):

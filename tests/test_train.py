@@ -9,8 +9,10 @@ import torch
 
 from minwiola import train
 from minwiola.corpus import builtin_stories
+from minwiola.generate import load_model
 from minwiola.model import LanguageModel, preset
 from minwiola.train import TrainConfig, Trainer, evaluate, learning_rate, parameter_groups, token_bytes
+from minwiola.tokenizer import default_tokenizer
 
 
 @pytest.fixture
@@ -72,7 +74,6 @@ def test_evaluation_covers_every_token_once_and_bits_per_byte():
 
 
 def test_token_bytes_count_text_not_specials():
-    from minwiola.tokenizer import default_tokenizer
     tok = default_tokenizer()
     sizes = token_bytes(tok)
     ids = tok.encode("Once upon a time, Lily")
@@ -91,7 +92,8 @@ def test_a_run_folder_holds_what_it_should(small_data, tmp_path):
                  "checkpoint/trainer_state.pt", "best/tokenizer.bpe"):
         assert (out / name).is_file(), name
     assert json.loads((out / "config.json").read_text())["train"]["steps"] == 12
-    assert LanguageModel.from_pretrained(out / "best").tokenizer is not None
+    assert load_model(out / "best")[1].hash() == default_tokenizer().hash()       # saved with its tokenizer
+    assert (out / "best" / "tokenizer.bpe").is_file()
     best = json.loads((out / "best" / "eval.json").read_text())          # which evaluation the best weights had
     assert best["nats_per_token"] == min(r["valid_nats_per_token"] for r in evals)
     assert best["step"] in (6, 12) and not (out / "best.old").exists() and not (out / "checkpoint.tmp").exists()
