@@ -24,7 +24,7 @@ import torch
 from common import ROOT, commit, hardware  # noqa: E402 (benchmarks/common.py)
 
 from minwiola.budget import training_flops  # noqa: E402
-from minwiola.model import LanguageModel, preset  # noqa: E402
+from minwiola.model import LanguageModel, next_token_loss, preset  # noqa: E402
 
 
 def throughput(name: str, batch: int, T: int, steps: int, device: str, bf16: bool = False, compile: bool = False,
@@ -43,7 +43,7 @@ def throughput(name: str, batch: int, T: int, steps: int, device: str, bf16: boo
         start = time.perf_counter()
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             logits = forward(x)
-        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        loss = next_token_loss(logits, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

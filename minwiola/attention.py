@@ -146,6 +146,20 @@ class KVCache:
         return 0 if self.k is None else self.k.nelement() * self.k.element_size() * 2
 
 
+def head_shape(d: int, n_heads: int, n_kv_heads: int | None = None, qkv: str = "separate") -> tuple[int, int]:
+    """(H_kv, d_h): key/value heads (None means H) and head width, d / H, or d / (3H) for Yocto's unified
+    projection. Every divisibility rule of the heads lives here; a shape that breaks one raises ValueError."""
+    H, H_kv = n_heads, n_kv_heads if n_kv_heads is not None else n_heads
+    if H < 1 or H_kv < 1 or H % H_kv:
+        raise ValueError(f"n_heads={H} must be a positive multiple of n_kv_heads={H_kv}")
+    if qkv == "unified" and H_kv != H:
+        raise ValueError(f"qkv='unified' needs n_kv_heads == n_heads, got {H_kv} and {H}")
+    width = 3 * H if qkv == "unified" else H
+    if d % width:
+        raise ValueError(f"d={d} must be divisible by {'3 * n_heads = ' if qkv == 'unified' else 'n_heads='}{width}")
+    return H_kv, d // width
+
+
 class MultiHeadAttention(nn.Module):
     """Causal multi-head attention: (B, T, d) -> (B, T, d).
 
@@ -165,8 +179,6 @@ class MultiHeadAttention(nn.Module):
                  positions: str = "rope", bias: bool = False, max_len: int = 2048, rope_theta: float = 10000.0,
                  impl: str = "fused", srpe: tuple[float, float, float] = (8.0, 0.05, 1 / 16)):
         super().__init__()
-        H = n_heads
-        H_kv = n_kv_heads if n_kv_heads is not None else n_heads
         if qkv not in QKV:
             raise ValueError(f"qkv must be one of {QKV}, got {qkv!r}")
         if impl not in IMPLS:
@@ -174,19 +186,11 @@ class MultiHeadAttention(nn.Module):
         if positions not in ("rope", "srpe", "none"):
             raise ValueError(f"attention positions must be one of ('rope', 'srpe', 'none'), got {positions!r}")
         rope = positions != "none"
-        if H < 1 or H_kv < 1 or H % H_kv:
-            raise ValueError(f"n_heads={H} must be a positive multiple of n_kv_heads={H_kv}")
+        H = n_heads
+        H_kv, self.d_h = head_shape(d, n_heads, n_kv_heads, qkv)
         if qkv == "unified":
-            if H_kv != H:
-                raise ValueError(f"qkv='unified' needs n_kv_heads == n_heads, got {H_kv} and {H}")
-            if d % (3 * H):
-                raise ValueError(f"qkv='unified' needs d divisible by 3 * n_heads = {3 * H}, got d={d}")
-            self.d_h = d // (3 * H)
             self.qkv = nn.Linear(d, d, bias=bias)
         else:
-            if d % H:
-                raise ValueError(f"d={d} must be divisible by n_heads={H}")
-            self.d_h = d // H
             self.q = nn.Linear(d, H * self.d_h, bias=bias)
             self.k = nn.Linear(d, H_kv * self.d_h, bias=bias)
             self.v = nn.Linear(d, H_kv * self.d_h, bias=bias)

@@ -17,11 +17,6 @@ from .gcla import LAMBDA
 from .model import ModelConfig
 
 
-def head_width(cfg: ModelConfig) -> int:
-    """d_h: d / H, or d / (3H) for Yocto's unified projection."""
-    return cfg.d // (3 * cfg.n_heads) if cfg.qkv == "unified" else cfg.d // cfg.n_heads
-
-
 def norm_params(cfg: ModelConfig) -> int:
     """One norm: LayerNorm has a weight and a bias, RMSNorm a weight, WiolaRMSNorm gamma and delta (eq. 9)."""
     return {"layernorm": 2, "rmsnorm": 1, "wiola": 2}[cfg.norm] * cfg.d
@@ -30,8 +25,7 @@ def norm_params(cfg: ModelConfig) -> int:
 def layer_params(cfg: ModelConfig) -> dict[str, int]:
     """Parameters of one decoder layer, by component."""
     d, H = cfg.d, cfg.n_heads
-    H_kv = cfg.n_kv_heads or H
-    d_h = head_width(cfg)
+    H_kv, d_h = cfg.H_kv, cfg.d_h
     ab, fb = int(cfg.attn_bias), int(cfg.ffn_bias)
     if cfg.qkv == "unified":
         attention = d * d + ab * d + H * d_h * d + ab * d               # one d -> d projection, W_O: d/3 -> d
@@ -99,8 +93,7 @@ def kv_cache_bytes(cfg: ModelConfig, T: int, bytes_per_number: int = 2, batch: i
     numbers each, per position: 2 L H_kv d_h T b. Causal GCLA adds a running sum of d numbers per layer."""
     if T < 0 or batch < 1 or bytes_per_number < 1:
         raise ValueError(f"need T >= 0, batch >= 1 and bytes_per_number >= 1, got {T}, {batch}, {bytes_per_number}")
-    H_kv = cfg.n_kv_heads or cfg.n_heads
-    keys_values = 2 * cfg.n_layers * H_kv * head_width(cfg) * T
+    keys_values = 2 * cfg.n_layers * cfg.H_kv * cfg.d_h * T
     summaries = cfg.n_layers * cfg.d if cfg.gcla == "causal" else 0
     return batch * (keys_values + summaries) * bytes_per_number
 
@@ -113,8 +106,7 @@ def layer_flops(cfg: ModelConfig, T: int, mu: float = 0.0) -> dict[str, float]:
     keys, by (1 - mu)^2. The feed-forward runs at full length after unmerging.
     """
     d, H = cfg.d, cfg.n_heads
-    H_kv = cfg.n_kv_heads or H
-    d_h = head_width(cfg)
+    H_kv, d_h = cfg.H_kv, cfg.d_h
     keep = 1.0 - mu
     out = {
         "q, k, v, o projections": keep * 2 * d * d_h * (2 * H + 2 * H_kv) if cfg.qkv == "separate"

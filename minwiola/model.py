@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import atm
-from .attention import IMPLS, QKV, KVCache, MultiHeadAttention
+from .attention import IMPLS, QKV, KVCache, MultiHeadAttention, head_shape
 from .ffn import DSFF, FFNS, make_ffn, swiglu_hidden
 from .gcla import GCLA, QUERIES, SUMMARIES, layer_contexts, summarize
 from .norm import NORMS, make_norm
@@ -129,13 +129,7 @@ class ModelConfig:
         check_srpe(self.srpe_k, self.srpe_a, self.srpe_f)
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        H_kv = self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
-        if H_kv < 1 or self.n_heads % H_kv:
-            raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={H_kv}")
-        width = 3 * self.n_heads if self.qkv == "unified" else self.n_heads
-        if self.d % width:
-            raise ValueError(f"d={self.d} must be divisible by {'3 * ' if self.qkv == 'unified' else ''}"
-                             f"n_heads = {width}")
+        head_shape(self.d, self.n_heads, self.n_kv_heads, self.qkv)         # the heads' divisibility rules
         if self.gcla != "off" and self.qkv != "separate":
             raise ValueError("gcla needs qkv='separate' (its context keys are grouped like the self-attention's)")
         if self.atm != "off" and self.norm_position != "pre":
@@ -144,6 +138,16 @@ class ModelConfig:
             raise ValueError(f"atm_tau is a cosine threshold in [-1, 1], got {self.atm_tau}")
         if self.positions == "sinusoidal" and self.d % 2:
             raise ValueError(f"positions='sinusoidal' needs an even d, got {self.d}")
+
+    @property
+    def H_kv(self) -> int:
+        """Key/value heads: n_kv_heads, or H when None (multi-head attention)."""
+        return head_shape(self.d, self.n_heads, self.n_kv_heads, self.qkv)[0]
+
+    @property
+    def d_h(self) -> int:
+        """Head width: d / H, or d / (3H) for Yocto's unified projection."""
+        return head_shape(self.d, self.n_heads, self.n_kv_heads, self.qkv)[1]
 
     @property
     def hidden(self) -> int:
@@ -231,9 +235,9 @@ class Block(nn.Module):
         options = dict(positions=rotary, bias=cfg.attn_bias, max_len=cfg.context, rope_theta=cfg.rope_theta,
                        impl=cfg.attention, srpe=(cfg.srpe_k, cfg.srpe_a, cfg.srpe_f))
         if cfg.gcla != "off":
-            self.attn = GCLA(cfg.d, cfg.n_heads, cfg.n_kv_heads, cfg.gcla_query, cfg.gcla_phi, **options)
+            self.attn = GCLA(cfg.d, cfg.n_heads, cfg.H_kv, cfg.gcla_query, cfg.gcla_phi, **options)
         else:
-            self.attn = MultiHeadAttention(cfg.d, cfg.n_heads, cfg.n_kv_heads, cfg.qkv, **options)
+            self.attn = MultiHeadAttention(cfg.d, cfg.n_heads, cfg.H_kv, cfg.qkv, **options)
         self.norm2 = make_norm(cfg.norm, cfg.d)
         self.ffn = make_ffn(cfg.ffn, cfg.d, cfg.hidden, cfg.ffn_bias, cfg.d_ff_a)
         self.drop = nn.Dropout(cfg.dropout)
@@ -333,9 +337,8 @@ class LanguageModel(nn.Module):
         return h @ self.embed.weight.T if self.head is None else self.head(h)   # tied head: Wiola eq. 7
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross-entropy in nats per token."""
-        logits = self(idx)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        """Mean next-token cross-entropy in nats per token (eq. 42)."""
+        return next_token_loss(self(idx), targets)
 
     def save_pretrained(self, directory: str | Path, tokenizer=None) -> Path:
         """Write `config.json` (every config field), `model.safetensors` (the weights; the tied head is stored once,
@@ -397,6 +400,13 @@ class LanguageModel(nn.Module):
     def n_params(self) -> int:
         """Parameters, counting the tied embedding/head once."""
         return sum(p.numel() for p in self.parameters())
+
+
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Eq. 42: the cross-entropy of logits (B, T, V) against the next tokens (B, T), in nats ("mean" per token, or
+    "sum"). bf16 or fp16 logits (mixed precision) are taken to float32 first: the softmax over V needs the range."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction=reduction)
 
 
 def initial_loss(vocab_size: int) -> float:

@@ -39,11 +39,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from . import data, quick_mode, runs
 from .generate import generate
-from .model import LanguageModel, ModelConfig, check_field_types, field_types, preset
+from .model import LanguageModel, ModelConfig, check_field_types, field_types, next_token_loss, preset
 from .runs import RunFolderError, plot_run, read_metrics  # noqa: F401 (lessons import them from here)
 from .tokenizer import default_tokenizer
 
@@ -160,7 +159,7 @@ def evaluate(model: LanguageModel, tokens: np.ndarray, block_size: int, nbytes: 
         window = torch.from_numpy(np.stack([np.asarray(tokens[s:s + T + 1]) for s in group]).astype(np.int64))
         x, y = window[:, :-1].to(device), window[:, 1:].to(device)
         logits = model(x)
-        nats += F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum").item()
+        nats += next_token_loss(logits, y, reduction="sum").item()
         count += y.numel()
         text_bytes += int(nbytes[y.cpu()].sum())
     model.train(was_training)
@@ -370,7 +369,7 @@ class Trainer:
             x, y = data.get_batch(self.train_tokens, cfg.batch_size, cfg.block_size, self.generator, self.device)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
                 logits = self.forward(x)
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+            loss = next_token_loss(logits, y)
             (loss / cfg.grad_accum).backward()
             total += loss.item() / cfg.grad_accum
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)

@@ -119,11 +119,11 @@ def test_bad_configs_name_the_field():
         ModelConfig(norm="batchnorm")
     with pytest.raises(ValueError, match="positions must be one of"):
         ModelConfig(positions="alibi")
-    with pytest.raises(ValueError, match="d=70 must be divisible by n_heads = 4"):
+    with pytest.raises(ValueError, match="d=70 must be divisible by n_heads=4"):
         ModelConfig(d=70, n_heads=4)
     with pytest.raises(ValueError, match="d=64 must be divisible by 3 \\* n_heads = 12"):
         ModelConfig(d=64, n_heads=4, qkv="unified")
-    with pytest.raises(ValueError, match="n_heads=4 must be a multiple of n_kv_heads=3"):
+    with pytest.raises(ValueError, match="n_heads=4 must be a positive multiple of n_kv_heads=3"):
         ModelConfig(n_heads=4, n_kv_heads=3)
     with pytest.raises(ValueError, match="dropout must be in"):
         ModelConfig(dropout=1.5)
@@ -210,3 +210,15 @@ def test_generate_text_is_reproducible_and_checks_length():
     with pytest.raises(ValueError, match="max_new_tokens must be >= 0"):
         generate_ids(model, torch.zeros(1, 3, dtype=torch.long), -1)
     assert generate_ids(model, torch.zeros(1, 3, dtype=torch.long), 0).shape == (1, 3)
+
+
+def test_the_config_derives_the_head_shape_once():
+    from minwiola.attention import head_shape
+    assert (preset("yocto").H_kv, preset("yocto").d_h) == (3, 72 // 9)            # unified: d / (3H)
+    assert (preset("llama-style").H_kv, preset("llama-style").d_h) == (4, 16)    # n_kv_heads=None: H
+    assert (preset("wiola-yocto").H_kv, preset("wiola-yocto").d_h) == (2, 16)
+    for name in PRESETS:
+        cfg = preset(name)
+        assert head_shape(cfg.d, cfg.n_heads, cfg.n_kv_heads, cfg.qkv) == (cfg.H_kv, cfg.d_h), name
+    attn = LanguageModel(preset("wiola-tiny")).blocks[0].attn
+    assert (attn.H_kv, attn.d_h) == (preset("wiola-tiny").H_kv, preset("wiola-tiny").d_h)
