@@ -200,6 +200,18 @@ def describe_source() -> str:
     return "TinyStories (" + ", ".join(names) + ")"
 
 
+def source_record() -> dict:
+    """What `load_stories` reads: the source's name and every file with its size and sha256 (the one the file is
+    verified against, else computed), so a run can tell later whether its data changed."""
+    folder = find_data_dir()
+    files = []
+    for split in SPLITS if folder is not None else ():
+        for path in split_files(split, folder):
+            files.append({"split": split, "name": path.name, "bytes": path.stat().st_size,
+                          "sha256": expected_sha256(path) or sha256_file(path)})
+    return {"source": describe_source(), "files": files}
+
+
 # ----------------------------------------------------------------------------------------------------
 # Tokenise once, cache as uint16
 # ----------------------------------------------------------------------------------------------------

@@ -18,16 +18,20 @@ against SHA256SUMS when it is loaded again.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import socket
+import sys
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import torch
 
 from .data import sha256_file
+from .model import LanguageModel
 
 MARKER = ".minwiola-run"
 LOCK = ".lock"
@@ -54,10 +58,54 @@ def folder_state(out: Path) -> str:
     return "new" if names <= {LOCK} else "foreign"
 
 
-def claim(out: Path) -> None:
-    """Create the folder (if needed) and mark it as a run folder."""
+def check_options(out: Path, resume: bool, overwrite: bool) -> str:
+    """The state of `out` ("new" or "ours"), once the options fit it; RunFolderError if they do not. Reads only."""
+    state = folder_state(out)
+    if state == "foreign":
+        raise RunFolderError(f"{out} is not empty and is not a minwiola run folder (no {MARKER}; runs made before "
+                             "the marker existed have none either): nothing in it is touched; pick another --out")
+    if resume and state == "new":
+        raise RunFolderError(f"nothing to resume in {out}: no run there")
+    if state == "ours" and not (resume or overwrite):
+        raise RunFolderError(f"{out} already holds a run; pass --resume to continue it or --overwrite to replace it")
+    return state
+
+
+def differences(held: dict, wanted: dict, prefix: str = "") -> list[str]:
+    """The fields where two settings dicts differ, named as "field: X there, Y now"."""
+    return [f"{prefix}{k}: {held.get(k)!r} there, {wanted.get(k)!r} now"
+            for k in sorted(held.keys() | wanted.keys()) if held.get(k) != wanted.get(k)]
+
+
+def check_same_run(out: Path, record: dict) -> None:
+    """--resume: the run in `out` must be the one `record` describes, part by part (trainer settings, the model
+    config as resolved, tokenizer, data files); RunFolderError naming every difference."""
+    config_file = out / "config.json"
+    try:
+        held = json.loads(config_file.read_text())
+    except (OSError, ValueError) as e:
+        raise RunFolderError(f"{config_file} cannot be read ({e}); start again with --overwrite") from None
+    if not isinstance(held, dict) or not all(isinstance(held.get(k), dict) for k in record):
+        raise RunFolderError(f"{config_file} is not a run config of this version (it lacks one of "
+                             f"{sorted(record)}); start again with --overwrite")
+    changed = [line for part in record
+               for line in differences(held[part], record[part], "" if part == "train" else f"{part}.")]
+    if changed:
+        raise RunFolderError(f"{out} holds a run with a different config (" + "; ".join(changed)
+                             + "); resume it with the same settings and data, or --overwrite to start over")
+
+
+def open_run(out: Path, lock: "FolderLock", resume: bool, record: dict) -> None:
+    """Take the folder for this run, once every check has passed: lock it; then, for a new run, delete what an
+    earlier run wrote (--overwrite), mark it and write config.json (`record` and the command line)."""
     out.mkdir(parents=True, exist_ok=True)
+    lock.acquire()                                      # from here on, the folder is ours alone
+    if resume:
+        return
+    if folder_state(out) == "ours":
+        clear(out)
     (out / MARKER).write_text("This folder is a minwiola run folder (python -m minwiola.train).\n")
+    (out / "config.json").write_text(json.dumps({**record, "command": " ".join(sys.argv)}, indent=2) + "\n")
 
 
 def clear(out: Path) -> None:
@@ -171,7 +219,89 @@ def verify_folder(folder: Path) -> None:
             raise RunFolderError(f"{path} is damaged (its sha256 differs from the one recorded in {sums})")
 
 
+# ------------------------------------------------------------------------------------------- checkpoints
+def random_states(device: torch.device, generator: torch.Generator) -> dict:
+    """Every random state a step draws from: torch's (dropout), the data sampler's, and the accelerator's."""
+    states = {"torch_rng": torch.get_rng_state(), "data_rng": generator.get_state(), "cuda_rng": []}
+    if device.type == "cuda":
+        states["cuda_rng"] = torch.cuda.get_rng_state_all()
+    if device.type == "mps":
+        states["mps_rng"] = torch.mps.get_rng_state()
+    return states
+
+
+def restore_random_states(state: dict, device: torch.device, generator: torch.Generator) -> None:
+    torch.set_rng_state(state["torch_rng"])
+    if state["cuda_rng"] and device.type == "cuda":
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    if "mps_rng" in state and device.type == "mps":
+        torch.mps.set_rng_state(state["mps_rng"])
+    generator.set_state(state["data_rng"])
+
+
+def save_weights(out: Path, name: str, model: LanguageModel, tokenizer, extra: dict[str, Callable]) -> None:
+    """NAME/ (checkpoint or best) with the model, its tokenizer and `extra` files (file name -> writer(path))."""
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder, tokenizer)
+        for file, writer in extra.items():
+            writer(folder / file)
+    save_atomically(out, name, write)
+
+
+def save_checkpoint(out: Path, model: LanguageModel, tokenizer, state: dict) -> None:
+    """checkpoint/: weights and the trainer's `state`, with the length samples.txt has now, so a resume can cut
+    the file back exactly, whatever the stories say."""
+    samples = out / "samples.txt"
+    state = {**state, "samples_bytes": samples.stat().st_size if samples.exists() else 0}
+    save_weights(out, "checkpoint", model, tokenizer, {"trainer_state.pt": lambda path: torch.save(state, path)})
+
+
+TRAINER_STATE = {"optimizer", "step", "elapsed", "best", "samples_bytes", "torch_rng", "data_rng", "cuda_rng"}
+
+
+def load_checkpoint(out: Path, model_record: dict) -> tuple[dict, dict]:
+    """(weights, trainer state) of the last checkpoint, checked against SHA256SUMS and against the model config
+    `model_record` the run should have; RunFolderError naming what is wrong."""
+    folder = out / "checkpoint"
+    if not folder.is_dir():
+        folder = out / "checkpoint.old"                 # a crash in the middle of the swap
+    if not folder.is_dir():
+        raise RunFolderError(f"{out} has no checkpoint to resume from (the first is saved at the first "
+                             "evaluation); start again with --overwrite")
+    verify_folder(folder)
+    try:
+        saved = LanguageModel.from_pretrained(folder)
+        state = torch.load(folder / "trainer_state.pt", weights_only=True, map_location="cpu")
+    except Exception as e:                              # unpickling errors have many types
+        raise RunFolderError(f"the checkpoint in {folder} cannot be loaded ({e})") from None
+    if not isinstance(state, dict) or not TRAINER_STATE <= state.keys():
+        missing = sorted(TRAINER_STATE - set(state) if isinstance(state, dict) else TRAINER_STATE)
+        raise RunFolderError(f"the checkpoint in {folder} cannot be loaded ({folder / 'trainer_state.pt'} lacks "
+                             f"{missing})")
+    held = dataclasses.asdict(saved.config)
+    if held != model_record:
+        raise RunFolderError(f"{folder} holds a model with another config ("
+                             + "; ".join(differences(held, model_record)) + ")")
+    return saved.state_dict(), state
+
+
+def forget_after(out: Path, step: int, samples_bytes: int) -> None:
+    """Drop the metrics and samples written after the checkpoint: they belong to steps that will run again."""
+    kept = [r for r in read_metrics(out) if r.get("step", 0) <= step]
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    samples = out / "samples.txt"
+    if samples.exists():
+        with open(samples, "r+b") as f:
+            f.truncate(samples_bytes)
+
+
 # ------------------------------------------------------------------------------------------ metrics, plot
+def append_metrics(out: Path, record: dict) -> None:
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+
 def read_metrics(out: str | Path) -> list[dict]:
     """The records of a run's metrics.jsonl (none if there is no file yet). A last line cut short by a crash is
     skipped; a broken line anywhere else is an error."""

@@ -26,6 +26,7 @@ it ends wherever the time runs out.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import errno
 import json
@@ -94,8 +95,18 @@ class TrainConfig:
         if not isinstance(self.overrides, dict):
             raise ValueError(f"overrides must be a dict of model config fields, got {self.overrides!r}")
 
-    def model_config(self):
-        return preset(self.preset, **self.overrides)
+    def model_config(self, tokenizer=None) -> ModelConfig:
+        """The model's config; with `tokenizer`, also checked to fit it and these settings."""
+        model_cfg = preset(self.preset, **self.overrides)
+        if tokenizer is not None and model_cfg.vocab_size < tokenizer.vocab_size:
+            raise ValueError(f"preset {self.preset!r} has vocab_size={model_cfg.vocab_size}, fewer than the "
+                             f"tokenizer's {tokenizer.vocab_size}")
+        if self.block_size > model_cfg.context:
+            raise ValueError(f"block_size={self.block_size} exceeds the model's context={model_cfg.context}")
+        prompt = 1 + len(tokenizer.encode(self.prompt)) if tokenizer is not None else 0   # after <|endoftext|>
+        if prompt >= model_cfg.context:
+            raise ValueError(f"the sample prompt is {prompt} tokens, leaving no room in context={model_cfg.context}")
+        return model_cfg
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -168,38 +179,53 @@ def evaluate(model: LanguageModel, tokens: np.ndarray, block_size: int, nbytes: 
             "bits_per_byte": nats / math.log(2) / max(text_bytes, 1), "tokens": count, "bytes": text_bytes}
 
 
-def data_record() -> dict:
-    """What the run trains and is evaluated on: the source's name and every file with its size and sha256 (the
-    one the data layer verifies files against, else computed), so --resume can tell when the data changed."""
-    folder = data.find_data_dir()
-    files = []
-    for split in data.SPLITS if folder is not None else ():
-        for path in data.split_files(split, folder):
-            files.append({"split": split, "name": path.name, "bytes": path.stat().st_size,
-                          "sha256": data.expected_sha256(path) or data.sha256_file(path)})
-    return {"source": data.describe_source(), "files": files}
+def try_a_batch(model: LanguageModel, tokens: np.ndarray, cfg: TrainConfig, device: torch.device) -> None:
+    """One forward pass on a batch of training windows, on the device (no gradient, no random draw that the run
+    uses): a data, device or memory problem shows before a trainer touches its folder, not after."""
+    x, _ = data.get_batch(tokens, cfg.batch_size, cfg.block_size, torch.Generator().manual_seed(cfg.seed), device)
+    model.eval()
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        model(x)
+    model.train()
 
 
-def differences(held: dict, wanted: dict, prefix: str = "") -> list[str]:
-    """The fields where two settings dicts differ, named as "field: X there, Y now"."""
-    return [f"{prefix}{k}: {held.get(k)!r} there, {wanted.get(k)!r} now"
-            for k in sorted(held.keys() | wanted.keys()) if held.get(k) != wanted.get(k)]
+def diverged(loss: float, norm: float, step: int, out: Path, first_checkpoint: int) -> FloatingPointError:
+    """The error that stops a run whose loss or gradient norm is not finite, saying what is left to go back to."""
+    what = f"the training loss became {loss}" if not math.isfinite(loss) else f"the gradient norm became {norm}"
+    kept = f"the last good checkpoint is in {out / 'checkpoint'}" if (out / "checkpoint").is_dir() else \
+        f"no checkpoint was saved yet (the first comes at step {first_checkpoint})"
+    return FloatingPointError(f"{what} at step {step}; {kept} (start again with --overwrite and a lower --lr)")
+
+
+@contextlib.contextmanager
+def on_ctrl_c(handler):
+    """Within the block, Ctrl-C calls `handler` instead of raising KeyboardInterrupt at once: the trainer sets a
+    flag that is read between steps, so a checkpoint never holds half a step. Signal handlers can only be
+    installed from the main thread; elsewhere Ctrl-C is left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Trainer:
     """One run: `Trainer(cfg, out).run()`. Everything it needs to continue exactly is in `out/checkpoint/`.
 
     Before anything in `out` is written or deleted, every setting is checked, the model is built on the device,
-    the data is read and a first batch goes through the model: a mistake fails here, with the old run untouched."""
+    the data is read and a first batch goes through the model: a mistake fails here, with the old run untouched.
+    The folder's bookkeeping (marker, lock, checkpoints, metrics) is `minwiola.runs`."""
 
     def __init__(self, cfg: TrainConfig, out: str | Path, resume: bool = False, overwrite: bool = False,
                  progress: bool = True, quiet: bool = False):
         self.cfg, self.out, self.progress, self.quiet = cfg, Path(out), progress, quiet
         self.tokenizer = default_tokenizer()
-        model_cfg = cfg.model_config()
-        self.check_settings(model_cfg)
+        model_cfg = cfg.model_config(self.tokenizer)
         self.device = pick_device(cfg.device)
-        state = self.check_folder(resume, overwrite)      # read-only: refuses folders that are not ours
+        runs.check_options(self.out, resume, overwrite)  # read-only: refuses folders that are not ours
         torch.manual_seed(cfg.seed)
         self.stop_requested = False                       # set by Ctrl-C; the loop stops at the next step boundary
         self.half_step = False                            # a second Ctrl-C stopped a step midway: state unusable
@@ -216,140 +242,27 @@ class Trainer:
         self.record = {"train": json.loads(json.dumps(dataclasses.asdict(cfg))),     # tuples -> lists, as stored
                        "model": dataclasses.asdict(model_cfg),
                        "tokenizer": {"sha256": self.tokenizer.hash(), "vocab_size": self.tokenizer.vocab_size},
-                       "data": data_record()}
+                       "data": data.source_record()}
         if resume:
-            self.check_same_run()
-        self.check_first_batch()
+            runs.check_same_run(self.out, self.record)
+        try_a_batch(self.model, self.train_tokens, cfg, self.device)
         self.lock = runs.FolderLock(self.out)
-        if state == "new":
-            self.out.mkdir(parents=True, exist_ok=True)
-        self.lock.acquire()                               # from here on, the folder is ours alone
-        if not resume:
-            if runs.folder_state(self.out) == "ours":
-                runs.clear(self.out)                      # --overwrite: only what a trainer wrote
-            runs.claim(self.out)
-            (self.out / "config.json").write_text(json.dumps({**self.record, "command": " ".join(sys.argv)},
-                                                             indent=2) + "\n")
-        else:
+        runs.open_run(self.out, self.lock, resume, self.record)
+        if resume:
             self.load_checkpoint()
 
-    # ------------------------------------------------------------------------------------ checks first
-    def check_settings(self, model_cfg) -> None:
-        cfg = self.cfg
-        if model_cfg.vocab_size < self.tokenizer.vocab_size:
-            raise ValueError(f"preset {cfg.preset!r} has vocab_size={model_cfg.vocab_size}, fewer than the "
-                             f"tokenizer's {self.tokenizer.vocab_size}")
-        if cfg.block_size > model_cfg.context:
-            raise ValueError(f"block_size={cfg.block_size} exceeds the model's context={model_cfg.context}")
-        prompt = 1 + len(self.tokenizer.encode(cfg.prompt))            # samples start with <|endoftext|>
-        if prompt >= model_cfg.context:
-            raise ValueError(f"the sample prompt is {prompt} tokens, leaving no room in context={model_cfg.context}")
-
-    def check_folder(self, resume: bool, overwrite: bool) -> str:
-        """Which state `out` is in ("new" or "ours"); raise RunFolderError if the options do not fit it."""
-        state = runs.folder_state(self.out)
-        if state == "foreign":
-            raise RunFolderError(f"{self.out} is not empty and is not a minwiola run folder (no {runs.MARKER}; "
-                                 "runs made before the marker existed have none either): nothing in it is touched; "
-                                 "pick another --out")
-        if resume and state == "new":
-            raise RunFolderError(f"nothing to resume in {self.out}: no run there")
-        if state == "ours" and not (resume or overwrite):
-            raise RunFolderError(f"{self.out} already holds a run; pass --resume to continue it or --overwrite "
-                                 "to replace it")
-        return state
-
-    def check_same_run(self) -> None:
-        """--resume: the folder's run must be this run: same trainer settings, the same model config as resolved,
-        tokenizer and data files."""
-        config_file = self.out / "config.json"
-        try:
-            held = json.loads(config_file.read_text())
-        except (OSError, ValueError) as e:
-            raise RunFolderError(f"{config_file} cannot be read ({e}); start again with --overwrite") from None
-        if not isinstance(held, dict) or not all(isinstance(held.get(k), dict) for k in self.record):
-            raise RunFolderError(f"{config_file} is not a run config of this version (it lacks one of "
-                                 f"{sorted(self.record)}); start again with --overwrite")
-        changed = [line for part in self.record
-                   for line in differences(held[part], self.record[part], "" if part == "train" else f"{part}.")]
-        if changed:
-            raise RunFolderError(f"{self.out} holds a run with a different config (" + "; ".join(changed)
-                                 + "); resume it with the same settings and data, or --overwrite to start over")
-
-    def check_first_batch(self) -> None:
-        """One forward pass on a batch of training windows, on the device (no gradient, no random draw that the
-        run uses): a device or memory problem shows now, not after the old run was replaced."""
-        x, _ = data.get_batch(self.train_tokens, self.cfg.batch_size, self.cfg.block_size,
-                              torch.Generator().manual_seed(self.cfg.seed), self.device)
-        self.model.eval()
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
-            self.model(x)
-        self.model.train()
-
-    # ------------------------------------------------------------------------------------------ the folder
-    def random_states(self) -> dict:
-        """Every random state a step draws from: torch's (dropout), the data sampler's, and the accelerator's."""
-        states = {"torch_rng": torch.get_rng_state(), "data_rng": self.generator.get_state(), "cuda_rng": []}
-        if self.device.type == "cuda":
-            states["cuda_rng"] = torch.cuda.get_rng_state_all()
-        if self.device.type == "mps":
-            states["mps_rng"] = torch.mps.get_rng_state()
-        return states
-
-    def log(self, record: dict) -> None:
-        with open(self.out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
-
-    # ------------------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> None:
-        """The whole state, swapped in atomically (runs.save_atomically). It also records how long samples.txt
-        was, so a resume can cut the file back exactly, whatever the stories say."""
-        samples = self.out / "samples.txt"
-        state = {"optimizer": self.opt.state_dict(), "step": self.step, "elapsed": self.elapsed, "best": self.best,
-                 "samples_bytes": samples.stat().st_size if samples.exists() else 0, **self.random_states()}
-
-        def write(folder: Path) -> None:
-            self.model.save_pretrained(folder, self.tokenizer)
-            torch.save(state, folder / "trainer_state.pt")
-        runs.save_atomically(self.out, "checkpoint", write)
+        runs.save_checkpoint(self.out, self.model, self.tokenizer, {
+            "optimizer": self.opt.state_dict(), "step": self.step, "elapsed": self.elapsed, "best": self.best,
+            **runs.random_states(self.device, self.generator)})
 
     def load_checkpoint(self) -> None:
-        folder = self.out / "checkpoint"
-        if not folder.is_dir():
-            folder = self.out / "checkpoint.old"              # a crash in the middle of the swap
-        if not folder.is_dir():
-            raise RunFolderError(f"{self.out} has no checkpoint to resume from (the first is saved at step "
-                                 f"{self.cfg.eval_every}); start again with --overwrite")
-        runs.verify_folder(folder)
-        try:
-            saved = LanguageModel.from_pretrained(folder)
-            state = torch.load(folder / "trainer_state.pt", weights_only=True, map_location="cpu")
-        except Exception as e:                                # unpickling errors have many types
-            raise RunFolderError(f"the checkpoint in {folder} cannot be loaded ({e})") from None
-        needed = {"optimizer", "step", "elapsed", "best", "samples_bytes", "torch_rng", "data_rng", "cuda_rng"}
-        if not isinstance(state, dict) or not needed <= state.keys():
-            raise RunFolderError(f"the checkpoint in {folder} cannot be loaded ({folder / 'trainer_state.pt'} "
-                                 f"lacks {sorted(needed - set(state) if isinstance(state, dict) else needed)})")
-        if saved.config != self.model.config:
-            raise RunFolderError(f"{folder} holds a model with another config ("
-                                 + "; ".join(differences(dataclasses.asdict(saved.config), self.record["model"]))
-                                 + ")")
-        self.model.load_state_dict(saved.state_dict())
+        weights, state = runs.load_checkpoint(self.out, self.record["model"])
+        self.model.load_state_dict(weights)
         self.opt.load_state_dict(state["optimizer"])
         self.step, self.elapsed, self.best = state["step"], state["elapsed"], state["best"]
-        torch.set_rng_state(state["torch_rng"])
-        if state["cuda_rng"] and self.device.type == "cuda":
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
-        if "mps_rng" in state and self.device.type == "mps":
-            torch.mps.set_rng_state(state["mps_rng"])
-        self.generator.set_state(state["data_rng"])
-        # logs and samples written after the checkpoint belong to steps that will be trained again
-        kept = [r for r in read_metrics(self.out) if r.get("step", 0) <= self.step]
-        (self.out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
-        samples = self.out / "samples.txt"
-        if samples.exists():
-            with open(samples, "r+b") as f:
-                f.truncate(state["samples_bytes"])
+        runs.restore_random_states(state, self.device, self.generator)
+        runs.forget_after(self.out, self.step, state["samples_bytes"])
 
     # -------------------------------------------------------------------------------------------- steps
     def progress_fraction(self) -> float:
@@ -375,12 +288,7 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
         if not (math.isfinite(total) and math.isfinite(norm.item())):   # a finite loss can still have inf grads
             self.opt.zero_grad(set_to_none=True)
-            what = f"the training loss became {total}" if not math.isfinite(total) else \
-                f"the gradient norm became {norm.item()}"
-            kept = f"the last good checkpoint is in {self.out / 'checkpoint'}" if (self.out / "checkpoint").is_dir() \
-                else f"no checkpoint was saved yet (the first comes at step {min(cfg.eval_every, cfg.steps)})"
-            raise FloatingPointError(f"{what} at step {self.step + 1}; {kept} (start again with --overwrite and a "
-                                     "lower --lr)")
+            raise diverged(total, norm.item(), self.step + 1, self.out, min(cfg.eval_every, cfg.steps))
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
@@ -394,12 +302,9 @@ class Trainer:
             f.write(f"--- step {self.step}, held-out {result['nats_per_token']:.3f} nats/token\n{story}\n\n")
         if result["nats_per_token"] < self.best:
             self.best = result["nats_per_token"]
-            record = json.dumps({"step": self.step, **result}, indent=2)
-
-            def write(folder: Path) -> None:
-                self.model.save_pretrained(folder, self.tokenizer)
-                (folder / "eval.json").write_text(record + "\n")
-            runs.save_atomically(self.out, "best", write)
+            record = json.dumps({"step": self.step, **result}, indent=2) + "\n"
+            runs.save_weights(self.out, "best", self.model, self.tokenizer,
+                              {"eval.json": lambda path: path.write_text(record)})
         return result
 
     def request_stop(self, signum=None, frame=None) -> None:
@@ -423,20 +328,14 @@ class Trainer:
                                f"with Trainer(..., resume=True) (or --resume)")
         self.stop_requested = False
         self.lock.acquire()                               # held again if an earlier run() gave it back
-        handler_installed, previous = False, None
         try:
             evals = [r for r in read_metrics(self.out) if "valid_nats_per_token" in r] if self.step else []
             last = {k[len("valid_"):]: v for k, v in evals[-1].items() if k.startswith("valid_")} if evals else {}
             if self.finished():
                 return last
-            # Ctrl-C sets a flag that is read between steps, so a checkpoint never holds half a step
-            # (signal handlers can only be installed from the main thread; elsewhere Ctrl-C is left alone)
-            if threading.current_thread() is threading.main_thread():
-                previous, handler_installed = signal.signal(signal.SIGINT, self.request_stop), True
-            return self.train_loop(last)
+            with on_ctrl_c(self.request_stop):
+                return self.train_loop(last)
         finally:
-            if handler_installed:
-                signal.signal(signal.SIGINT, previous)
             self.lock.release()                           # another trainer may --resume this folder now
 
     def train_loop(self, last: dict) -> dict:
@@ -461,12 +360,12 @@ class Trainer:
                 record = {"step": self.step, "tokens": self.step * tokens_per_step, "train_loss": loss,
                           "lr": self.opt.param_groups[0]["lr"], "tokens_per_s": tokens_per_step / seconds,
                           "elapsed_s": self.elapsed}
-                self.log(record)
+                runs.append_metrics(self.out, record)
                 bar.update(min(round(self.elapsed) - bar.n, bar.total - bar.n) if by_clock else 1)
                 bar.set_postfix(step=self.step, loss=f"{loss:.3f}", tok_s=f"{record['tokens_per_s']:,.0f}")
                 if self.step % cfg.eval_every == 0 or self.finished():
                     last = self.evaluate_and_sample()
-                    self.log({"step": self.step, "tokens": self.step * tokens_per_step, "elapsed_s": self.elapsed,
+                    runs.append_metrics(self.out, {"step": self.step, "tokens": self.step * tokens_per_step, "elapsed_s": self.elapsed,
                               **{f"valid_{k}": v for k, v in last.items()}})
                     self.save_checkpoint()
                     if not self.quiet:
