@@ -133,16 +133,15 @@ def merged_attention(attention, h: torch.Tensor, tau: float, kind: str = "copy-f
     (output (B, T, d), slot (B, T)). Merged slots keep their first member's original position; a per-position
     GCLA context (B, T, Lambda, d) follows each slot's first member too. An empty batch (B = 0 or T = 0) has
     nothing to merge: it runs as is, so the model gives empty logits in training as in evaluation."""
-    extra = () if context is None else (context,)
     if h.shape[0] == 0 or h.shape[1] == 0:
         # rho has T - 1 entries, so a plan cannot tell T = 0 from T = 1; and there is no slot to take a max of
-        return attention(h, *extra), torch.zeros(h.shape[:2], dtype=torch.long, device=h.device)
+        return attention(h, context=context), torch.zeros(h.shape[:2], dtype=torch.long, device=h.device)
     with torch.no_grad():                                   # a discrete decision: no gradient flows through it
         slot = merge_plan(similarity(h), tau)
     merged, positions = merge(h, slot, kind)
     if context is not None and context.shape[1] > 1:        # a per-position context follows each slot's first
-        extra = (gather_tokens(context, positions),)
-    return unmerge(attention(merged, *extra, positions=positions), slot), slot
+        context = gather_tokens(context, positions)
+    return unmerge(attention(merged, context=context, positions=positions), slot), slot
 
 
 def atm_layers(n_layers: int) -> range:

@@ -111,15 +111,18 @@ class KVCache:
         self.length = 0
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
-        self.input_sum: torch.Tensor | None = None   # GCLA: running sum of the layer's input (gcla.summarize)
+
+    def batch(self) -> int | None:
+        """How many sequences the cache holds (None while empty)."""
+        return None if self.k is None else self.k.shape[0]
 
     def check(self, B: int, T: int) -> None:
         """Raise ValueError unless T new positions of B sequences fit: the batch the cache was filled with, and
         room up to max_len. Callers check before they change anything, so a refused call leaves the cache as
         it was and decoding can go on."""
-        held = self.k if self.k is not None else self.input_sum
-        if held is not None and held.shape[0] != B:
-            raise ValueError(f"a batch of {B} sequences does not match the cache, which holds {held.shape[0]}: "
+        held = self.batch()
+        if held is not None and held != B:
+            raise ValueError(f"a batch of {B} sequences does not match the cache, which holds {held}: "
                              f"a cache continues the sequences it was filled with")
         if self.length + T > self.max_len:
             raise ValueError(f"KV cache holds at most max_len={self.max_len} positions; "
@@ -244,9 +247,10 @@ class MultiHeadAttention(nn.Module):
             return self.exact_coefficients(p)
         return self.cos[p], self.sin[p]
 
-    def attend(self, x: torch.Tensor, cache: KVCache | None = None, positions: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The heads' outputs O_h (B, H, T, d_h) before W_O, with the queries before and after rotation.
+    def heads(self, x: torch.Tensor, cache: KVCache | None = None, positions: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(q_plain, q, k, v): the queries before and after rotation (B, H, T, d_h), and every key and value the
+        new queries attend to (the cached ones first), repeated per query group under GQA: (B, H, T_k, d_h).
 
         Positions are start .. start + T - 1 where start is the cache's length, unless `positions` (B, T) says
         otherwise (only without a cache: the cache stores keys in sequence order)."""
@@ -263,17 +267,28 @@ class MultiHeadAttention(nn.Module):
         if self.H_kv != self.H:                       # GQA / MQA: each key/value head serves a group of queries
             k = k.repeat_interleave(self.H // self.H_kv, dim=1)
             v = v.repeat_interleave(self.H // self.H_kv, dim=1)
-        return ATTENTION[self.impl](q, k, v, causal=True), q_plain, q
+        return q_plain, q, k, v
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The heads' outputs O_h = softmax(q k^T / sqrt(d_h) + M) v, (B, H, T, d_h), by the chosen kernel."""
+        return ATTENTION[self.impl](q, k, v, causal=True)
 
     def merge_heads(self, o: torch.Tensor) -> torch.Tensor:
         """(B, H, T, d_h) -> (B, T, H d_h): the heads side by side, [O_1; ...; O_H]."""
         B, _, T, _ = o.shape
         return o.transpose(1, 2).reshape(B, T, self.H * self.d_h)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, positions: torch.Tensor | None = None
-                ) -> torch.Tensor:
-        o, _, _ = self.attend(x, cache, positions)
-        return self.out(self.merge_heads(o))
+    def new_cache(self, max_len: int) -> KVCache:
+        """An empty decoding state for this layer: its KV cache."""
+        return KVCache(max_len)
+
+    def forward(self, x: torch.Tensor, *, context: torch.Tensor | None = None, cache: KVCache | None = None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, d) -> (B, T, d). Every token mixer takes these keywords; plain attention reads no `context`."""
+        if context is not None:
+            raise ValueError("MultiHeadAttention reads no context (GCLA does)")
+        _, q, k, v = self.heads(x, cache, positions)
+        return self.out(self.merge_heads(self.attend(q, k, v)))
 
 
 class PagedKVCache:

@@ -38,7 +38,20 @@ QUERIES = ("plain", "rotated")
 LAMBDA = 2   # the number of summaries each layer attends to (Wiola's Lambda)
 
 
-def summarize(x: torch.Tensor, kind: str = "causal", cache: KVCache | None = None) -> torch.Tensor:
+class GCLACache(KVCache):
+    """GCLA's decoding state for one layer: the KV cache of its self-attention, plus the running sum of the
+    layer's input (d numbers per sequence) that the causal summary needs (`summarize`)."""
+
+    def __init__(self, max_len: int):
+        super().__init__(max_len)
+        self.input_sum: torch.Tensor | None = None
+
+    def batch(self) -> int | None:
+        held = self.k if self.k is not None else self.input_sum      # the sum is filled before the keys
+        return None if held is None else held.shape[0]
+
+
+def summarize(x: torch.Tensor, kind: str = "causal", cache: GCLACache | None = None) -> torch.Tensor:
     """Summaries of the residual stream x (B, T, d) (eq. 20).
 
     kind="causal": position t gets the mean of x over positions 0..t, (B, T, d). With a cache, the mean runs over
@@ -102,15 +115,21 @@ class GCLA(MultiHeadAttention):
         heads = proj(context).view(B, T_c, n, self.H_kv, self.d_h).permute(0, 3, 1, 2, 4)
         return heads.repeat_interleave(self.H // self.H_kv, dim=1)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor, cache: KVCache | None = None,
+    def new_cache(self, max_len: int) -> GCLACache:
+        """An empty decoding state for this layer: the KV cache and the running sum of the layer's input."""
+        return GCLACache(max_len)
+
+    def forward(self, x: torch.Tensor, *, context: torch.Tensor | None = None, cache: KVCache | None = None,
                 positions: torch.Tensor | None = None) -> torch.Tensor:
-        if context.dim() != 4 or context.shape[0] != x.shape[0] or context.shape[1] not in (1, x.shape[1]) \
+        """(B, T, d) and the cross-layer context (B, T or 1, Lambda, d) -> (B, T, d), eqs. 22-29."""
+        if context is None or context.dim() != 4 or context.shape[0] != x.shape[0] or context.shape[1] not in (1, x.shape[1]) \
                 or context.shape[-1] != x.shape[-1]:
             raise ValueError(f"context must be (B, T or 1, Lambda, d) = ({x.shape[0]}, {x.shape[1]} or 1, ., "
-                             f"{x.shape[-1]}), got {tuple(context.shape)}")
-        o_self, q_plain, q_rotated = self.attend(x, cache, positions)           # eqs. 22-23
-        q = q_plain if self.query == "plain" else q_rotated
-        o_ctx = context_attention(q, self.context_heads(context, self.k_ctx),   # eqs. 24-26
+                             f"{x.shape[-1]}), got {None if context is None else tuple(context.shape)}")
+        q_plain, q, k, v = self.heads(x, cache, positions)
+        o_self = self.attend(q, k, v)                                           # eqs. 22-23
+        q_ctx = q_plain if self.query == "plain" else q                         # eq. 26 uses the rotated one
+        o_ctx = context_attention(q_ctx, self.context_heads(context, self.k_ctx),   # eqs. 24-26
                                   self.context_heads(context, self.v_ctx))
         beta = torch.sigmoid(self.phi)
         o = (1 - beta) * o_self + beta * o_ctx                                  # eq. 27

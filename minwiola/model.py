@@ -220,6 +220,17 @@ def preset(name: str, **overrides) -> ModelConfig:
     return ModelConfig(**{**PRESETS[name], **overrides})
 
 
+def make_mixer(cfg: ModelConfig) -> nn.Module:
+    """The token mixer the config asks for, the one place a block's mixer is chosen. Every mixer takes
+    `(x, *, context, cache, positions)` and makes its own decoding state with `new_cache(max_len)`."""
+    rotary = cfg.positions if cfg.positions in ("rope", "srpe") else "none"
+    options = dict(positions=rotary, bias=cfg.attn_bias, max_len=cfg.context, rope_theta=cfg.rope_theta,
+                   impl=cfg.attention, srpe=(cfg.srpe_k, cfg.srpe_a, cfg.srpe_f))
+    if cfg.gcla != "off":
+        return GCLA(cfg.d, cfg.n_heads, cfg.H_kv, cfg.gcla_query, cfg.gcla_phi, **options)
+    return MultiHeadAttention(cfg.d, cfg.n_heads, cfg.H_kv, cfg.qkv, **options)
+
+
 class Block(nn.Module):
     """One decoder block: attention then feed-forward, each in a residual branch with its norm.
 
@@ -231,13 +242,7 @@ class Block(nn.Module):
         super().__init__()
         self.pre = cfg.norm_position == "pre"
         self.norm1 = make_norm(cfg.norm, cfg.d)
-        rotary = cfg.positions if cfg.positions in ("rope", "srpe") else "none"
-        options = dict(positions=rotary, bias=cfg.attn_bias, max_len=cfg.context, rope_theta=cfg.rope_theta,
-                       impl=cfg.attention, srpe=(cfg.srpe_k, cfg.srpe_a, cfg.srpe_f))
-        if cfg.gcla != "off":
-            self.attn = GCLA(cfg.d, cfg.n_heads, cfg.H_kv, cfg.gcla_query, cfg.gcla_phi, **options)
-        else:
-            self.attn = MultiHeadAttention(cfg.d, cfg.n_heads, cfg.H_kv, cfg.qkv, **options)
+        self.attn = make_mixer(cfg)
         self.norm2 = make_norm(cfg.norm, cfg.d)
         self.ffn = make_ffn(cfg.ffn, cfg.d, cfg.hidden, cfg.ffn_bias, cfg.d_ff_a)
         self.drop = nn.Dropout(cfg.dropout)
@@ -246,10 +251,9 @@ class Block(nn.Module):
         self.last_slot: torch.Tensor | None = None      # the last merge plan (B, T), for lessons and logs
 
     def attention(self, h: torch.Tensor, cache: KVCache | None, context: torch.Tensor | None) -> torch.Tensor:
-        """The attention branch on the normed input h, with token merging when this layer merges and trains."""
-        extra = () if context is None else (context,)
+        """The token-mixing branch on the normed input h, with token merging when this layer merges and trains."""
         if self.merge_kind is None or not self.training:
-            return self.attn(h, *extra, cache=cache)
+            return self.attn(h, context=context, cache=cache)
         if cache is not None:
             raise ValueError("token merging runs in training only; decode with model.eval()")
         out, self.last_slot = atm.merged_attention(self.attn, h, self.tau, self.merge_kind, context)
@@ -296,8 +300,9 @@ class LanguageModel(nn.Module):
             nn.init.zeros_(module.bias)
 
     def new_cache(self) -> list[KVCache]:
-        """An empty KV cache, one per layer, for incremental decoding."""
-        return [KVCache(self.config.context) for _ in self.blocks]
+        """An empty decoding state, one per layer (each mixer makes its own: a KV cache, GCLA's adds a running
+        sum), for incremental decoding."""
+        return [block.attn.new_cache(self.config.context) for block in self.blocks]
 
     def check_ids(self, idx: torch.Tensor, start: int = 0) -> None:
         """Raise ValueError unless idx is a (B, T) integer tensor of valid ids that fits the context."""

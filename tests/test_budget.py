@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from minwiola.budget import count_params, dsff_widths, forward_flops, kv_cache_bytes, param_breakdown
+from minwiola.budget import count_params, dsff_widths, forward_flops, kv_cache_bytes, layer_flops, param_breakdown
+from minwiola.gcla import GCLA
 from minwiola.generate import load_model
 from minwiola.model import PRESETS, LanguageModel, preset
 from minwiola.tokenizer import default_tokenizer
@@ -93,6 +94,35 @@ def test_forward_flops_match_pytorch_flop_counter(name):
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model(torch.zeros(1, T, dtype=torch.long))
     assert counter.get_total_flops() == round(forward_flops(cfg, T) * T)
+
+
+def test_layer_flops_match_pytorch_flop_counter():
+    T = 16
+    for gcla, H_kv in [("causal", 2), ("literal", 1)]:
+        cfg = preset("llama-style", d=32, n_heads=4, n_kv_heads=H_kv, gcla=gcla, attention="explicit")
+        layer = GCLA(32, 4, H_kv, impl="explicit", max_len=T)
+        x = torch.randn(1, T, 32)
+        ctx = torch.randn(1, T if gcla == "causal" else 1, 2, 32)
+        with FlopCounterMode(display=False) as counter:
+            layer(x, context=ctx)
+        predicted = sum(v for k, v in layer_flops(cfg, T).items() if "feed-forward" not in k)
+        assert counter.get_total_flops() == round(predicted * T)
+
+
+def test_atm_flop_saving_is_eq33_on_the_core_only():
+    cfg = preset("wiola-360m")
+    full, merged = layer_flops(cfg, 2048), layer_flops(cfg, 2048, mu=0.1)
+    core = "attention core (eq. 39)"
+    assert abs(1 - merged[core] / full[core] - 0.1 * (2 - 0.1)) < 1e-12         # eq. 33
+    assert merged["feed-forward"] == full["feed-forward"]                     # unmerged before the FFN
+    saving = 1 - forward_flops(cfg, 2048, 0.14) / forward_flops(cfg, 2048, 0.0)
+    assert 0.015 < saving < 0.025                                             # not the claimed 5-9%
+
+
+def test_wiola_360m_parameter_count():
+    with torch.device("meta"):
+        model = LanguageModel(preset("wiola-360m"))
+    assert model.n_params() == 359_991_312
 
 
 # ------------------------------------------------------------------------------------------- save / load

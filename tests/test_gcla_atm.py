@@ -9,7 +9,7 @@ import torch
 
 from minwiola import atm
 from minwiola.attention import KVCache, MultiHeadAttention
-from minwiola.gcla import GCLA, context_attention, layer_contexts, summarize
+from minwiola.gcla import GCLA, GCLACache, context_attention, layer_contexts, summarize
 from minwiola.model import LanguageModel, preset
 from minwiola.positions import rotate
 
@@ -60,7 +60,7 @@ def test_causal_summary_is_the_prefix_mean_and_literal_the_whole_mean():
 
 def test_causal_summary_runs_across_cache_chunks():
     x = torch.randn(2, 9, 5)
-    cache = KVCache(16)
+    cache = GCLACache(16)
     first = summarize(x[:, :4], "causal", cache)
     cache.length = 4                                   # the layer would have appended 4 positions
     second = summarize(x[:, 4:], "causal", cache)
@@ -94,15 +94,15 @@ def test_gcla_equals_gated_self_attention_when_beta_is_zero():
     x, ctx = torch.randn(2, 5, 16), torch.randn(2, 5, 2, 16)
     plain = MultiHeadAttention(16, 4, 2)
     plain.load_state_dict({k: v for k, v in layer.state_dict().items() if k in plain.state_dict()})
-    o, _, _ = plain.attend(x)
+    o = plain.attend(*plain.heads(x)[1:])
     expected = plain.out(torch.sigmoid(layer.gate(x)) * plain.merge_heads(o))
-    assert torch.allclose(layer(x, ctx), expected, atol=1e-13)
+    assert torch.allclose(layer(x, context=ctx), expected, atol=1e-13)
 
 
 def test_gcla_rejects_a_context_of_the_wrong_shape():
     layer = GCLA(16, 4)
     with pytest.raises(ValueError, match="context"):
-        layer(torch.randn(2, 5, 16), torch.randn(2, 4, 2, 16))
+        layer(torch.randn(2, 5, 16), context=torch.randn(2, 4, 2, 16))
 
 
 def test_literal_summary_leaks_the_last_token_and_causal_does_not():
@@ -128,7 +128,7 @@ def test_rotated_context_query_swings_with_absolute_position_and_plain_does_not(
     x = torch.randn(1, 1, 32).expand(1, 400, 32)                    # the same content at every position
     ctx = torch.randn(1, 1, 2, 32)
     with torch.no_grad():
-        _, q_plain, q_rot = layer.attend(x)
+        q_plain, q_rot, _, _ = layer.heads(x)
         k = layer.context_heads(ctx, layer.k_ctx)
         score = lambda q: (q.unsqueeze(-2) * k).sum(-1)             # noqa: E731  (B, H, T, Lambda)
     assert score(q_plain).std(dim=2).max() < 1e-12                 # the same score at every position
@@ -272,37 +272,16 @@ def test_explicit_positions_are_checked():
         layer(torch.randn(1, 3, 16), cache=KVCache(8), positions=torch.tensor([[0, 1, 2]]))
 
 
-
-# ------------------------------------------------------------------------------------------------- budget
-
-def test_layer_flops_match_pytorch_flop_counter():
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from minwiola.budget import layer_flops
-    T = 16
-    for gcla, H_kv in [("causal", 2), ("literal", 1)]:
-        cfg = preset("llama-style", d=32, n_heads=4, n_kv_heads=H_kv, gcla=gcla, attention="explicit")
-        layer = GCLA(32, 4, H_kv, impl="explicit", max_len=T)
-        x = torch.randn(1, T, 32)
-        ctx = torch.randn(1, T if gcla == "causal" else 1, 2, 32)
-        with FlopCounterMode(display=False) as counter:
-            layer(x, ctx)
-        predicted = sum(v for k, v in layer_flops(cfg, T).items() if "feed-forward" not in k)
-        assert counter.get_total_flops() == round(predicted * T)
-
-
-def test_atm_flop_saving_is_eq33_on_the_core_only():
-    from minwiola.budget import forward_flops, layer_flops
-    cfg = preset("wiola-360m")
-    full, merged = layer_flops(cfg, 2048), layer_flops(cfg, 2048, mu=0.1)
-    core = "attention core (eq. 39)"
-    assert abs(1 - merged[core] / full[core] - 0.1 * (2 - 0.1)) < 1e-12         # eq. 33
-    assert merged["feed-forward"] == full["feed-forward"]                     # unmerged before the FFN
-    saving = 1 - forward_flops(cfg, 2048, 0.14) / forward_flops(cfg, 2048, 0.0)
-    assert 0.015 < saving < 0.025                                             # not the claimed 5-9%
-
-
-def test_wiola_360m_parameter_count():
-    with torch.device("meta"):
-        model = LanguageModel(preset("wiola-360m"))
-    assert model.n_params() == 359_991_312
+def test_every_mixer_has_one_signature_and_its_own_decoding_state():
+    import inspect
+    for mixer in (MultiHeadAttention, GCLA):
+        params = inspect.signature(mixer.forward).parameters
+        assert [n for n, p in params.items() if p.kind == p.KEYWORD_ONLY] == ["context", "cache", "positions"]
+    x = torch.randn(1, 3, 16)
+    with pytest.raises(ValueError, match="reads no context"):
+        MultiHeadAttention(16, 4)(x, context=torch.zeros(1, 3, 2, 16))
+    with pytest.raises(ValueError, match="context must be"):
+        GCLA(16, 4)(x)
+    gcla, plain = LanguageModel(preset("wiola-tiny")), LanguageModel(preset("tiny-llama"))
+    assert all(type(c) is GCLACache for c in gcla.new_cache())
+    assert all(type(c) is KVCache and not hasattr(c, "input_sum") for c in plain.new_cache())
