@@ -7,6 +7,7 @@ whatever device there is, then print three stories it writes.
 The tokenizer's own job is `python -m minwiola.data tokenizer`.
 """
 import argparse
+import sys
 
 from . import quick_mode
 from .generate import generate, load_model
@@ -33,7 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     status = run_command(parser, args)
     if status:
         return status
-    model, tokenizer = load_model(args.out)
+    try:
+        model, tokenizer = load_model(args.out)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     for seed in range(3):
         story = generate(model, tokenizer, "Once upon a time", 60 if quick_mode() else 200, seed=seed)
         print(f"\n--- story {seed + 1} (seed {seed})\n{story}")

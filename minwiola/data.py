@@ -127,7 +127,14 @@ def expected_sha256(path: Path) -> str | None:
     if path.name in KNOWN_SHA256:
         return KNOWN_SHA256[path.name]
     if side.is_file():
-        return side.read_text().split()[0]
+        try:
+            words = side.read_text().split()
+        except (OSError, UnicodeDecodeError):
+            words = []
+        if not words or not re.fullmatch(r"[0-9a-f]{64}", words[0]):
+            raise DataFileError(f"{side} does not hold a sha256 checksum; delete it and fetch {path.name} again "
+                                f"with: {DOWNLOAD_HINT}")
+        return words[0]
     return None
 
 
@@ -241,7 +248,11 @@ def tokens(split: str, tokenizer=None, source: str = "auto", progress: bool = Fa
     key = hashlib.sha256(f"{_source_key(split, source)}|{tokenizer.hash()}".encode()).hexdigest()[:20]
     path = cache_dir() / f"{split}-{key}.npy"
     if path.is_file():
-        return np.load(path, mmap_mode="r")
+        try:
+            return np.load(path, mmap_mode="r")
+        except (OSError, ValueError, EOFError):           # a cache file cut short: it is ours, so make it again
+            warnings.warn(f"the token cache {path} is damaged; tokenising {split} again", stacklevel=2)
+            path.unlink()
     stories = load_stories(split, source)
     ids: list[int] = []
     chunk = 4096
@@ -695,13 +706,13 @@ def _train_tokenizer(vocab_size: int, out: Path, overwrite: bool) -> None:
 
 
 def _seconds(text: str) -> float:
-    """An argparse type: a positive number of seconds."""
+    """An argparse type: a number of seconds, above 0 and at most a million (11 days; more overflows timers)."""
     try:
         value = float(text)
     except ValueError:
         value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    if not 0 < value <= 1e6:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, 1000000]")
     return value
 
 

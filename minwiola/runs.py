@@ -55,7 +55,19 @@ def folder_state(out: Path) -> str:
     names = {p.name for p in out.iterdir()}
     if MARKER in names:
         return "ours"
-    return "new" if names <= {LOCK} else "foreign"
+    if not names:
+        return "new"
+    return "new" if names == {LOCK} and _lock_is_ours(out / LOCK) else "foreign"
+
+
+def _lock_is_ours(path: Path) -> bool:
+    """A `.lock` a trainer wrote (empty, or naming its process), not a file of the user's that happens to be so
+    named."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return text == "" or text.startswith("process ")
 
 
 def check_options(out: Path, resume: bool, overwrite: bool) -> str:
@@ -95,14 +107,21 @@ def check_same_run(out: Path, record: dict) -> None:
                              + "); resume it with the same settings and data, or --overwrite to start over")
 
 
-def open_run(out: Path, lock: "FolderLock", resume: bool, record: dict) -> None:
+def open_run(out: Path, lock: "FolderLock", state: str, resume: bool, record: dict) -> None:
     """Take the folder for this run, once every check has passed: lock it; then, for a new run, delete what an
-    earlier run wrote (--overwrite), mark it and write config.json (`record` and the command line)."""
+    earlier run wrote (--overwrite), mark it and write config.json (`record` and the command line). `state` is
+    what `check_options` found: if the folder changed since (another trainer, or the user, got there first while
+    this one was checking its settings), nothing is touched."""
     out.mkdir(parents=True, exist_ok=True)
     lock.acquire()                                      # from here on, the folder is ours alone
+    now = folder_state(out)
+    if now != state:
+        lock.release()
+        raise RunFolderError(f"{out} changed while this trainer was getting ready (another run or other files "
+                             "appeared in it): nothing in it was touched; check it and start again")
     if resume:
         return
-    if folder_state(out) == "ours":
+    if now == "ours":
         clear(out)
     (out / MARKER).write_text("This folder is a minwiola run folder (python -m minwiola.train).\n")
     (out / "config.json").write_text(json.dumps({**record, "command": " ".join(sys.argv)}, indent=2) + "\n")
@@ -207,7 +226,11 @@ def verify_folder(folder: Path) -> None:
     sums = folder / SUMS
     if not sums.is_file():
         raise RunFolderError(f"{sums} is missing: {folder} is not a complete checkpoint")
-    listed = dict(reversed(line.split("  ", 1)) for line in sums.read_text().splitlines() if "  " in line)
+    try:
+        lines = sums.read_text().splitlines()
+    except UnicodeDecodeError:
+        raise RunFolderError(f"{sums} is damaged (not text)") from None
+    listed = dict(reversed(line.split("  ", 1)) for line in lines if "  " in line)
     for path in sorted(folder.iterdir()):
         if path.name != SUMS and path.name not in listed:
             raise RunFolderError(f"{path} is not listed in {sums}: the checkpoint is incomplete or was changed")
@@ -256,7 +279,25 @@ def save_checkpoint(out: Path, model: LanguageModel, tokenizer, state: dict) -> 
     save_weights(out, "checkpoint", model, tokenizer, {"trainer_state.pt": lambda path: torch.save(state, path)})
 
 
-TRAINER_STATE = {"optimizer", "step", "elapsed", "best", "samples_bytes", "torch_rng", "data_rng", "cuda_rng"}
+def trainer_state_problem(state) -> str | None:
+    """What is wrong with a loaded trainer_state.pt, or None: every field there, of the type the trainer wrote."""
+    kinds = {"optimizer": dict, "step": int, "elapsed": float, "best": float, "samples_bytes": int,
+             "torch_rng": torch.Tensor, "data_rng": torch.Tensor, "cuda_rng": list}
+    if not isinstance(state, dict):
+        return "is not a dict of trainer state"
+    missing = sorted(set(kinds) - set(state))
+    if missing:
+        return f"lacks {missing}"
+    wrong = [k for k, kind in kinds.items() if not isinstance(state[k], kind) or isinstance(state[k], bool)]
+    if wrong or state["step"] < 0 or state["samples_bytes"] < 0 or {"state", "param_groups"} - state["optimizer"].keys():
+        return f"holds values of the wrong kind ({', '.join(wrong) or 'step, samples_bytes or optimizer'})"
+    return None
+
+
+def first_line(error: BaseException, limit: int = 160) -> str:
+    """An exception's message cut to its first line (and `limit` characters), for a one-line error."""
+    text = (str(error).strip() or type(error).__name__).splitlines()[0]
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def load_checkpoint(out: Path, model_record: dict) -> tuple[dict, dict]:
@@ -272,12 +313,12 @@ def load_checkpoint(out: Path, model_record: dict) -> tuple[dict, dict]:
     try:
         saved = LanguageModel.from_pretrained(folder)
         state = torch.load(folder / "trainer_state.pt", weights_only=True, map_location="cpu")
-    except Exception as e:                              # unpickling errors have many types
-        raise RunFolderError(f"the checkpoint in {folder} cannot be loaded ({e})") from None
-    if not isinstance(state, dict) or not TRAINER_STATE <= state.keys():
-        missing = sorted(TRAINER_STATE - set(state) if isinstance(state, dict) else TRAINER_STATE)
-        raise RunFolderError(f"the checkpoint in {folder} cannot be loaded ({folder / 'trainer_state.pt'} lacks "
-                             f"{missing})")
+    except Exception as e:                              # unpickling errors have many types and long messages
+        raise RunFolderError(f"the checkpoint in {folder} cannot be loaded ({first_line(e)})") from None
+    problem = trainer_state_problem(state)
+    if problem:
+        raise RunFolderError(f"the checkpoint in {folder} cannot be loaded ({folder / 'trainer_state.pt'} "
+                             f"{problem})")
     held = dataclasses.asdict(saved.config)
     if held != model_record:
         raise RunFolderError(f"{folder} holds a model with another config ("
@@ -287,10 +328,10 @@ def load_checkpoint(out: Path, model_record: dict) -> tuple[dict, dict]:
 
 def forget_after(out: Path, step: int, samples_bytes: int) -> None:
     """Drop the metrics and samples written after the checkpoint: they belong to steps that will run again."""
-    kept = [r for r in read_metrics(out) if r.get("step", 0) <= step]
+    kept = [r for r in read_metrics(out) if r["step"] <= step]
     (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
     samples = out / "samples.txt"
-    if samples.exists():
+    if samples.exists() and samples.stat().st_size > samples_bytes:      # only ever cut, never pad
         with open(samples, "r+b") as f:
             f.truncate(samples_bytes)
 
@@ -306,14 +347,17 @@ def read_metrics(out: str | Path) -> list[dict]:
     """The records of a run's metrics.jsonl (none if there is no file yet). A last line cut short by a crash is
     skipped; a broken line anywhere else is an error."""
     path = Path(out) / "metrics.jsonl"
-    lines = path.read_text().splitlines() if path.exists() else []
+    try:
+        lines = path.read_text().splitlines() if path.exists() else []
+    except UnicodeDecodeError:
+        raise RunFolderError(f"{path} is damaged (not text)") from None
     records = []
     for i, line in enumerate(lines):
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             record = None
-        if not isinstance(record, dict):
+        if not (isinstance(record, dict) and type(record.get("step")) is int):
             if i < len(lines) - 1:
                 raise RunFolderError(f"{path} line {i + 1} is not a metrics record: {line[:80]!r}")
             continue

@@ -84,8 +84,8 @@ class TrainConfig:
         if self.eval_max_windows is not None and not (isinstance(self.eval_max_windows, int)
                                                       and self.eval_max_windows >= 1):
             raise ValueError(f"eval_max_windows must be a positive int or None, got {self.eval_max_windows!r}")
-        if self.minutes is not None and not self.minutes > 0:
-            raise ValueError(f"minutes must be > 0 or None, got {self.minutes}")
+        if self.minutes is not None and not (self.minutes > 0 and math.isfinite(60 * self.minutes)):
+            raise ValueError(f"minutes must be a finite number > 0 or None, got {self.minutes}")
         if not 0 <= self.warmup < 1:
             raise ValueError(f"warmup is a fraction of the run in [0, 1), got {self.warmup}")
         if not self.lr > 0 or not self.clip > 0 or self.weight_decay < 0:
@@ -113,6 +113,8 @@ def pick_device(name: str = "auto") -> torch.device:
     """cuda if there is one, else Apple's mps, else the cpu; or the device named (ValueError if this machine has
     no such device)."""
     if name != "auto":
+        if name.split(":")[0] == "meta":
+            raise ValueError("--device meta holds shapes, not numbers: nothing can be trained on it; try auto or cpu")
         try:
             device = torch.device(name)
             torch.empty(1, device=device)                 # fails now if the machine lacks it, not mid-run
@@ -179,14 +181,22 @@ def evaluate(model: LanguageModel, tokens: np.ndarray, block_size: int, nbytes: 
             "bits_per_byte": nats / math.log(2) / max(text_bytes, 1), "tokens": count, "bytes": text_bytes}
 
 
-def try_a_batch(model: LanguageModel, tokens: np.ndarray, cfg: TrainConfig, device: torch.device) -> None:
-    """One forward pass on a batch of training windows, on the device (no gradient, no random draw that the run
-    uses): a data, device or memory problem shows before a trainer touches its folder, not after."""
-    x, _ = data.get_batch(tokens, cfg.batch_size, cfg.block_size, torch.Generator().manual_seed(cfg.seed), device)
+def try_a_batch(model: LanguageModel, forward, tokens: np.ndarray, cfg: TrainConfig, device: torch.device) -> None:
+    """One forward pass (compiled, if the run compiles) on a batch of training windows, on the device, with no
+    gradient and no random draw the run uses: a data, device, compiler or memory problem, or a model whose output
+    is already not finite, shows before a trainer touches its folder, not after."""
     model.eval()
-    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        model(x)
+    try:
+        x, _ = data.get_batch(tokens, cfg.batch_size, cfg.block_size, torch.Generator().manual_seed(cfg.seed), device)
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            finite = bool(torch.isfinite(forward(x)).all())
+    except (RuntimeError, MemoryError) as e:          # torch's and the compiler's errors (InductorError is one)
+        raise ValueError(f"a first batch of {cfg.batch_size} x {cfg.block_size} tokens failed on {device}: "
+                         f"{runs.first_line(e)}") from None
     model.train()
+    if not finite:
+        raise ValueError("the model's output is not finite on a first batch, before any training: check the "
+                         "model settings (init_std?)")
 
 
 def diverged(loss: float, norm: float, step: int, out: Path, first_checkpoint: int) -> FloatingPointError:
@@ -225,11 +235,14 @@ class Trainer:
         self.tokenizer = default_tokenizer()
         model_cfg = cfg.model_config(self.tokenizer)
         self.device = pick_device(cfg.device)
-        runs.check_options(self.out, resume, overwrite)  # read-only: refuses folders that are not ours
+        state = runs.check_options(self.out, resume, overwrite)   # read-only: refuses folders not ours
         torch.manual_seed(cfg.seed)
         self.stop_requested = False                       # set by Ctrl-C; the loop stops at the next step boundary
         self.half_step = False                            # a second Ctrl-C stopped a step midway: state unusable
-        self.model = LanguageModel(model_cfg).to(self.device)
+        try:
+            self.model = LanguageModel(model_cfg).to(self.device)
+        except (RuntimeError, MemoryError) as e:          # a model too big for this machine
+            raise ValueError(f"cannot build the model on {self.device}: {runs.first_line(e)}") from None
         self.model.activation_checkpointing = cfg.activation_checkpointing
         self.forward = torch.compile(self.model) if cfg.compile else self.model
         self.opt = torch.optim.AdamW(parameter_groups(self.model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
@@ -245,9 +258,11 @@ class Trainer:
                        "data": data.source_record()}
         if resume:
             runs.check_same_run(self.out, self.record)
-        try_a_batch(self.model, self.train_tokens, cfg, self.device)
+        if len(self.valid_tokens) < 2:
+            raise ValueError(f"the held-out split has {len(self.valid_tokens)} token(s): nothing to evaluate on")
+        try_a_batch(self.model, self.forward, self.train_tokens, cfg, self.device)
         self.lock = runs.FolderLock(self.out)
-        runs.open_run(self.out, self.lock, resume, self.record)
+        runs.open_run(self.out, self.lock, state, resume, self.record)
         if resume:
             self.load_checkpoint()
 
@@ -259,9 +274,13 @@ class Trainer:
     def load_checkpoint(self) -> None:
         weights, state = runs.load_checkpoint(self.out, self.record["model"])
         self.model.load_state_dict(weights)
-        self.opt.load_state_dict(state["optimizer"])
+        try:
+            self.opt.load_state_dict(state["optimizer"])
+            runs.restore_random_states(state, self.device, self.generator)
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise RunFolderError(f"{self.out / 'checkpoint' / 'trainer_state.pt'} does not fit this run "
+                                 f"({runs.first_line(e)})") from None
         self.step, self.elapsed, self.best = state["step"], state["elapsed"], state["best"]
-        runs.restore_random_states(state, self.device, self.generator)
         runs.forget_after(self.out, self.step, state["samples_bytes"])
 
     # -------------------------------------------------------------------------------------------- steps
@@ -449,6 +468,9 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         values.update(steps=min(values["steps"], 20), eval_every=min(values["eval_every"], 10))
         if values["minutes"] is not None:
             values["minutes"] = min(values["minutes"], 0.1)
+    if args.out == "":
+        print("error: --out is empty (an unset variable?): name the run folder", file=sys.stderr)
+        return 1
     out = args.out or f"runs/{values['preset']}"
     try:
         cfg = TrainConfig(**values, overrides=parse_overrides(parser, args.set))
@@ -465,7 +487,9 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         full = isinstance(e, OSError) and e.errno == errno.ENOSPC
         print(f"error: {e}" + ("; free some space, then continue with --resume" if full else ""), file=sys.stderr)
         return 1
-    except torch.cuda.OutOfMemoryError:
+    except (RuntimeError, MemoryError) as e:
+        if not isinstance(e, (torch.cuda.OutOfMemoryError, MemoryError)) and "allocate" not in str(e):
+            raise                                         # not the user's doing: a bug to see in full
         print(f"error: out of memory on {values['device']}: lower --batch-size (--grad-accum keeps the tokens per "
               "step)", file=sys.stderr)
         return 1

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -362,3 +363,103 @@ def test_a_trainer_state_missing_fields_is_one_error_line(small_data, tmp_path, 
     reseal(folder)
     assert train.main(cli(out, "--resume")) == 1
     assert "lacks" in one_error_line(capsys.readouterr().err)
+
+
+# ------------------------------------------------------------------------ found by a round of fault probes
+def test_a_second_trainer_that_started_first_on_a_new_folder_does_not_replace_the_first_run(small_data, tmp_path):
+    out = tmp_path / "race"
+    # B checks a new folder, then A creates and finishes a run there before B takes the folder
+    state = runs.check_options(out, resume=False, overwrite=False)
+    Trainer(tiny(steps=2, eval_every=2), out, progress=False, quiet=True).run()
+    with pytest.raises(runs.RunFolderError, match="changed while this trainer was getting ready"):
+        runs.open_run(out, runs.FolderLock(out), state, False, {"train": {}})
+    assert (out / "checkpoint").is_dir() and json.loads((out / "config.json").read_text())["train"]["steps"] == 2
+
+
+def test_a_users_own_lock_file_is_not_taken_for_ours(small_data, tmp_path, capsys):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / ".lock").write_text("my notes")
+    assert train.main(cli(folder)) == 1 and "not a minwiola run folder" in one_error_line(capsys.readouterr().err)
+    assert (folder / ".lock").read_text() == "my notes"
+
+
+@pytest.mark.parametrize("mistake", [["--set", "init_std=1e30"], ["--minutes", "1e308"], ["--device", "meta"],
+                                     ["--set", "d=100000000"], "empty valid"])
+def test_more_mistakes_leave_the_old_run_alone(small_data, tmp_path, capsys, monkeypatch, mistake):
+    out = tmp_path / "run"
+    before = finished_run(out)
+    capsys.readouterr()
+    if mistake == "empty valid":
+        (tmp_path / "ev").mkdir()
+        (tmp_path / "ev" / "train.txt").write_text((small_data / "train.txt").read_text())
+        (tmp_path / "ev" / "valid.txt").write_text("")
+        monkeypatch.setenv("MINWIOLA_DATA", str(tmp_path / "ev"))
+        mistake = []
+    assert train.main(cli(out, "--overwrite", *mistake)) == 1
+    one_error_line(capsys.readouterr().err)
+    assert (sorted(p.name for p in out.rglob("*")), (out / "checkpoint" / "model.safetensors").read_bytes()) == before
+
+
+def test_an_empty_out_is_refused(small_data, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert train.main(cli("", "--overwrite")) == 1 and "--out is empty" in one_error_line(capsys.readouterr().err)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("change", [{"optimizer": {}}, {"torch_rng": torch.zeros(3)}, {"step": "5"},
+                                    {"samples_bytes": -1}])
+def test_a_trainer_state_with_wrong_values_is_one_error_line(small_data, tmp_path, capsys, change):
+    out = tmp_path / "run"
+    finished_run(out)
+    folder = out / "checkpoint"
+    state = torch.load(folder / "trainer_state.pt", weights_only=True)
+    torch.save({**state, **change}, folder / "trainer_state.pt")
+    reseal(folder)
+    assert train.main(cli(out, "--resume")) == 1
+    assert "trainer_state.pt" in one_error_line(capsys.readouterr().err)
+
+
+def test_a_shortened_samples_file_is_never_padded(small_data, tmp_path):
+    out = tmp_path / "run"
+    finished_run(out)
+    (out / "samples.txt").write_bytes((out / "samples.txt").read_bytes()[:10])
+    assert train.main(cli(out, "--resume")) == 0
+    assert b"\0" not in (out / "samples.txt").read_bytes()
+
+
+def test_damaged_side_files_name_themselves(small_data, tmp_path, capsys):
+    out = tmp_path / "run"
+    finished_run(out)
+    (out / "checkpoint" / "SHA256SUMS").write_bytes(b"\xff\xfe")
+    assert train.main(cli(out, "--resume")) == 1
+    assert "SHA256SUMS is damaged" in one_error_line(capsys.readouterr().err)
+    out2 = tmp_path / "run2"
+    finished_run(out2)
+    with open(out2 / "metrics.jsonl", "a") as f:
+        f.write('{"step": "x"}\n{"step": 4}\n')
+    assert train.main(cli(out2, "--resume")) == 1
+    assert "metrics.jsonl line" in one_error_line(capsys.readouterr().err)
+    (small_data / "train.txt.sha256").write_text("")
+    assert train.main(cli(tmp_path / "run3")) == 1
+    assert "train.txt.sha256 does not hold a sha256" in one_error_line(capsys.readouterr().err)
+
+
+def test_a_damaged_token_cache_is_made_again(small_data, tmp_path):
+    from minwiola import data
+    first = np.asarray(data.tokens("train")).copy()
+    for cached in (tmp_path / "cache").glob("train-*.npy"):
+        cached.write_bytes(cached.read_bytes()[:50])
+    with pytest.warns(UserWarning, match="token cache .* is damaged"):
+        again = data.tokens("train")
+    assert np.array_equal(first, np.asarray(again))
+
+
+def test_the_main_job_reports_a_damaged_best_in_one_line(small_data, tmp_path, capsys, monkeypatch):
+    from minwiola.__main__ import main
+    monkeypatch.setenv("MINWIOLA_QUICK", "1")
+    out = tmp_path / "main"
+    assert main(["--out", str(out), "--batch-size", "2", "--block-size", "16", *TINY_SET]) == 0
+    damage(out / "best" / "model.safetensors", "flip")
+    assert main(["--out", str(out), "--resume", "--batch-size", "2", "--block-size", "16", *TINY_SET]) == 1
+    assert "damaged" in one_error_line(capsys.readouterr().err)
