@@ -32,6 +32,7 @@ bench: setup
 	$(BIN)/python benchmarks/generation_bench.py
 	$(BIN)/python benchmarks/train_bench.py
 	$(BIN)/python benchmarks/atm_bench.py --batch 2 --steps 1 --repeat 15
+	$(BIN)/python benchmarks/checkpointing_bench.py
 
 clean:
 	rm -rf $(VENV) data/cache runs

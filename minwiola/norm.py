@@ -81,8 +81,9 @@ class WiolaRMSNorm(nn.Module):
     """WiolaRMSNorm (Wiola eq. 9): `gamma * (x + delta) / RMS(x + delta)`, eps inside the root.
 
     `gamma` starts at ones and `delta` at zeros, so at initialisation it is exactly RMSNorm (tested). Neither should
-    be weight-decayed (decay pulls gamma toward 0 and delta toward plain RMSNorm); minwiola's trainer (issue 7) is
-    to exclude them. Second derivatives are not supported (the backward is hand-written).
+    be weight-decayed (decay pulls gamma toward 0 and delta toward plain RMSNorm); minwiola's trainer does not decay
+    them (`minwiola.train.parameter_groups` decays only matrices; tests/test_train.py checks gamma and delta are
+    left out). Second derivatives are not supported (the backward is hand-written).
     """
 
     def __init__(self, d: int, eps: float = 1e-6):
@@ -108,12 +109,13 @@ def paper_eq10_delta_grad(x: torch.Tensor, gamma: torch.Tensor, delta: torch.Ten
     return per_token.reshape(-1, d).sum(0)
 
 
-def make_norm(kind: str, d: int, eps: float | None = None, bias: bool = True) -> nn.Module:
-    """The norm named by `kind` ("layernorm", "rmsnorm" or "wiola") for width d."""
+def make_norm(kind: str, d: int) -> nn.Module:
+    """The norm named by `kind` ("layernorm", "rmsnorm" or "wiola") for width d, with each class's default eps
+    (1e-5 for LayerNorm, as torch; 1e-6 for the RMS norms) and LayerNorm's bias."""
     if kind == "layernorm":
-        return LayerNorm(d, eps if eps is not None else 1e-5, bias=bias)
+        return LayerNorm(d)
     if kind == "rmsnorm":
-        return RMSNorm(d, eps if eps is not None else 1e-6)
+        return RMSNorm(d)
     if kind == "wiola":
-        return WiolaRMSNorm(d, eps if eps is not None else 1e-6)
+        return WiolaRMSNorm(d)
     raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")

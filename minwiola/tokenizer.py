@@ -92,8 +92,9 @@ def _merge_word(word: tuple[int, ...], pair: tuple[int, int], new_id: int) -> tu
 
 
 def train_bpe(text: str, vocab_size: int, specials=DEFAULT_SPECIALS, pattern: str = PATTERN,
-              verbose: bool = False) -> list[bytes]:
-    """Learn BPE merges on `text`; return the vocabulary as a list of byte strings (index = id).
+              verbose: bool = False, stacklevel: int = 2) -> list[bytes]:
+    """Learn BPE merges on `text`; return the vocabulary as a list of byte strings (index = id). A warning (the
+    text ran out of pairs) names the line `stacklevel` frames up: the caller's.
 
     The reference trainer. Every distinct piece is stored once with its count, and the count of every
     adjacent pair is kept up to date incrementally: a merge only touches the words that contain the merged
@@ -149,7 +150,7 @@ def train_bpe(text: str, vocab_size: int, specials=DEFAULT_SPECIALS, pattern: st
             print(f"merge {len(vocab) - 256}: {spelled!r}")
     if len(vocab) < 256 + n_merges:
         warnings.warn(f"the text ran out of pairs after {len(vocab) - 256} merges: vocab_size is "
-                      f"{len(vocab) + len(specials)}, not {vocab_size}", stacklevel=2)
+                      f"{len(vocab) + len(specials)}, not {vocab_size}", stacklevel=stacklevel)
     return vocab
 
 
@@ -199,7 +200,7 @@ class Tokenizer:
     def train(cls, text: str, vocab_size: int, specials=DEFAULT_SPECIALS, verbose: bool = False) -> "Tokenizer":
         """Train on `text` (a str) up to `vocab_size` ids, special tokens included."""
         _check_text(text)
-        return cls(train_bpe(text, vocab_size, specials, verbose=verbose), specials)
+        return cls(train_bpe(text, vocab_size, specials, verbose=verbose, stacklevel=3), specials)  # warn at our caller
 
     @property
     def vocab_size(self) -> int:

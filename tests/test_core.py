@@ -29,6 +29,10 @@ def test_norms_match_torch():
     assert torch.allclose(rms(x), ref(x), atol=1e-12)
     with pytest.raises(ValueError, match="norm must be one of"):
         make_norm("batchnorm", 16)
+    # the model's norms take each class's defaults: torch's eps for LayerNorm (with its bias), 1e-6 for the RMS norms
+    layernorm = make_norm("layernorm", 16)
+    assert layernorm.eps == 1e-5 and layernorm.bias is not None
+    assert make_norm("rmsnorm", 16).eps == make_norm("wiola", 16).eps == 1e-6
 
 
 def test_layernorm_ignores_a_shift_rmsnorm_does_not():
@@ -43,8 +47,14 @@ def test_ffns():
     assert torch.allclose(mlp(x), mlp.down(torch.nn.functional.gelu(mlp.up(x))))
     sw = SwiGLU(12, swiglu_hidden(12))
     assert sw(x).shape == x.shape and swiglu_hidden(12) == 32 and swiglu_hidden(64) == 176
-    # the 8d/3 width spends what a 4d MLP spends: 3 * d * 8d/3 = 2 * d * 4d (before rounding)
-    assert 3 * 12 * (8 * 12 / 3) == 2 * 12 * 48
+    # the 8d/3 width spends what a 4d MLP spends (three d x 8d/3 matrices hold as much as two d x 4d), counted
+    # from the built modules: exactly when 8d/3 is a whole number, else ceil(8d/3) adds at most 2/3 of a unit
+    def n_params(module):
+        return sum(p.numel() for p in module.parameters())
+    assert n_params(SwiGLU(12, swiglu_hidden(12))) == n_params(MLP(12, 4 * 12, bias=False))
+    for d in (16, 64, 100):
+        swiglu, gelu = SwiGLU(d, swiglu_hidden(d, multiple_of=1)), MLP(d, 4 * d, bias=False)
+        assert 0 <= n_params(swiglu) / n_params(gelu) - 1 <= 1 / (4 * d), d
     with pytest.raises(ValueError, match="ffn must be one of"):
         make_ffn("moe", 12, 48, True)
 

@@ -55,6 +55,16 @@ def test_readme_lists_every_lesson():
         assert f"(lessons/{nb.name})" in README, f"{nb.name} is missing from the README's lesson table"
 
 
+def test_readme_layout_names_every_library_file():
+    layout = README.split("## Layout\n", 1)[1].split("```")[1]                 # the code block
+    named = set(re.findall(r"^  (\S+\.py) ", layout, flags=re.M))             # the indented minwiola/ rows
+    library = {f.name for f in (ROOT / "minwiola").glob("*.py")} - {"__init__.py"}
+    assert named == library, f"README's layout is wrong about {sorted(named ^ library)} (missing or gone)"
+    top = re.findall(r"^(\S+) ", layout, flags=re.M)                          # the repository's own rows
+    assert len(top) >= 10 and all((ROOT / path).exists() for path in top if path not in ("data/", "runs/")), top
+    assert "common.py" in layout and (ROOT / "benchmarks" / "common.py").is_file()
+
+
 def test_readme_numbers_come_from_results():
     bench = json.loads((ROOT / "results" / "tokenizer_bench.json").read_text())
     assert f"| {bench['train_seconds']:.2f} s |" in README
@@ -123,6 +133,34 @@ def test_readme_atm_numbers_come_from_results():
                 f"{r.get('flops_saving', 0):.1%} | {r.get('time_saving', 0):.1%} |") in README
     assert f"takes {b['merge_machinery_ms']['vectorised plan + merge + unmerge']:.1f} ms" in README
     assert b["data"].startswith("TinyStories sample")
+
+
+def test_readme_checkpointing_numbers_come_from_results():
+    b = json.loads((ROOT / "results" / "checkpointing_bench.json").read_text())
+    assert b["command"] in README and b["hardware"].rsplit(",", 1)[0] in README and b["threads"] == 2
+    assert f"time is the median of {b['repeat']}\nsteps" in README
+    for r in b["rows"]:
+        assert (f"| `{r['preset']}` | {'on' if r['checkpointing'] else 'off'} | {r['peak_bytes'] / 2**20:.0f} MiB | "
+                f"{r['seconds']:.3f} | {r['fastest']:.3f} - {r['slowest']:.3f} |") in README
+    llama, wiola = b["summary"]["llama-style"], b["summary"]["wiola-yocto"]
+    assert (f"saves {llama['memory_saving']:.0%} of a step's peak memory for `llama-style` and "
+            f"{wiola['memory_saving']:.0%} for `wiola-yocto`") in README
+    assert f"took {llama['time_ratio']:.2f}x the step time for `llama-style` and {wiola['time_ratio']:.2f}x" in README
+    first_use = [on["warmup_bytes"] - off["warmup_bytes"] for off, on in zip(b["rows"][::2], b["rows"][1::2])]
+    assert f"costs about {first_use[0] / 2**20:.0f} MiB once" in README
+    steps = [t for r in b["rows"] for t in (r["fastest"], r["slowest"])]
+    assert f"(steps from {min(steps):.2f} s to {max(steps):.2f} s)" in README
+    # what the README says of them: checkpointing saves memory (at least a fifth); what is left is mostly the
+    # logits' three B x T x V float32 tensors (log-softmax, its gradient, the logits' gradient); the first use
+    # costs tens of MiB once in both presets
+    assert all(s["memory_saving"] > 0.2 for s in b["summary"].values())
+    from minwiola.model import preset
+    B, T = map(int, re.match(r"batch (\d+) x (\d+) tokens", b["shape"]).groups())
+    V = {preset(name).vocab_size for name in b["summary"]}.pop()
+    logits = B * T * V * 4
+    assert f"({B} x {T} x {V:,} numbers, {logits / 2**20:.0f} MiB in float32)" in README
+    assert all(3 * logits > r["peak_bytes"] / 2 for r in b["rows"] if r["checkpointing"])
+    assert all(30 * 2**20 < extra < 100 * 2**20 for extra in first_use)
 
 
 def test_readme_preset_parameter_counts():

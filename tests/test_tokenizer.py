@@ -170,3 +170,14 @@ def test_shipped_tokenizer_is_reproducible(monkeypatch, shipped):
     monkeypatch.setenv("MINWIOLA_DATA", str(SAMPLE))
     retrained = Tokenizer.train(data.EOT.join(data.load_stories("train")), 4096)
     assert retrained.vocab == shipped.vocab and retrained.hash() == shipped.hash()
+
+
+def test_running_out_of_pairs_warns_at_the_callers_line():
+    from minwiola.tokenizer import train_bpe
+    with pytest.warns(UserWarning, match="ran out of pairs after 2 merges") as through_train:
+        tok = Tokenizer.train("abc", 400)
+    assert tok.vocab_size == 256 + 2 + 1
+    with pytest.warns(UserWarning, match="ran out of pairs") as direct:
+        train_bpe("abc", 400)
+    # the warning names the caller's line, whether it used Tokenizer.train or train_bpe
+    assert [w.filename for w in through_train] == [w.filename for w in direct] == [__file__]
