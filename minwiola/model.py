@@ -304,6 +304,12 @@ class LanguageModel(nn.Module):
         sum), for incremental decoding."""
         return [block.attn.new_cache(self.config.context) for block in self.blocks]
 
+    def merge_ratios(self) -> list[float]:
+        """mu = 1 - T'/T (eq. 33) of each merging layer's latest training forward, in layer order (empty without
+        ATM, or before the first training forward). The trainer logs these: mu is measured, never assumed."""
+        return [atm.merge_ratio(block.last_slot) for block in self.blocks
+                if block.merge_kind is not None and block.last_slot is not None]
+
     def check_ids(self, idx: torch.Tensor, start: int = 0) -> None:
         """Raise ValueError unless idx is a (B, T) integer tensor of valid ids that fits the context."""
         cfg = self.config

@@ -252,6 +252,7 @@ class Trainer:
         self.nbytes = token_bytes(self.tokenizer)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.step, self.elapsed, self.best = 0, 0.0, math.inf
+        self.mu_steps: list[list[float]] = []            # ATM's mu per merging layer, each step since the last eval
         self.record = {"train": json.loads(json.dumps(dataclasses.asdict(cfg))),     # tuples -> lists, as stored
                        "model": dataclasses.asdict(model_cfg),
                        "tokenizer": {"sha256": self.tokenizer.hash(), "vocab_size": self.tokenizer.vocab_size},
@@ -311,6 +312,7 @@ class Trainer:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
+        self.mu_steps.append(self.model.merge_ratios())  # ATM's merge ratio per merging layer (empty without ATM)
         return total
 
     def evaluate_and_sample(self) -> dict:
@@ -325,6 +327,12 @@ class Trainer:
             runs.save_weights(self.out, "best", self.model, self.tokenizer,
                               {"eval.json": lambda path: path.write_text(record)})
         return result
+
+    def mean_merge_ratios(self) -> dict:
+        """{"atm_mu": [mean mu of each merging layer over the steps since the last evaluation]} (empty without
+        ATM). After a resume the mean covers the steps since the resume."""
+        steps, self.mu_steps = [m for m in self.mu_steps if m], []
+        return {"atm_mu": [sum(layer) / len(steps) for layer in zip(*steps)]} if steps else {}
 
     def request_stop(self, signum=None, frame=None) -> None:
         """Ctrl-C during `run`: finish the current step, save a checkpoint, stop. A second Ctrl-C stops at once."""
@@ -378,14 +386,15 @@ class Trainer:
                 self.elapsed += seconds
                 record = {"step": self.step, "tokens": self.step * tokens_per_step, "train_loss": loss,
                           "lr": self.opt.param_groups[0]["lr"], "tokens_per_s": tokens_per_step / seconds,
-                          "elapsed_s": self.elapsed}
+                          "elapsed_s": self.elapsed, **({"atm_mu": self.mu_steps[-1]} if self.mu_steps[-1] else {})}
                 runs.append_metrics(self.out, record)
                 bar.update(min(round(self.elapsed) - bar.n, bar.total - bar.n) if by_clock else 1)
                 bar.set_postfix(step=self.step, loss=f"{loss:.3f}", tok_s=f"{record['tokens_per_s']:,.0f}")
                 if self.step % cfg.eval_every == 0 or self.finished():
                     last = self.evaluate_and_sample()
-                    runs.append_metrics(self.out, {"step": self.step, "tokens": self.step * tokens_per_step, "elapsed_s": self.elapsed,
-                              **{f"valid_{k}": v for k, v in last.items()}})
+                    runs.append_metrics(self.out, {"step": self.step, "tokens": self.step * tokens_per_step,
+                                                   "elapsed_s": self.elapsed, **self.mean_merge_ratios(),
+                                                   **{f"valid_{k}": v for k, v in last.items()}})
                     self.save_checkpoint()
                     if not self.quiet:
                         bar.write(f"step {self.step}: held-out {last['nats_per_token']:.4f} nats/token, "

@@ -1,0 +1,287 @@
+"""One factor at a time: does each Wiola part help a LLaMA-style model of about half a million parameters?
+
+    MINWIOLA_DATA=../shared/data/tinystories OMP_NUM_THREADS=1 python benchmarks/ablation.py
+
+Every run is `llama-style` (463K parameters, d = 64, 4 layers, 4 heads) with some of Wiola's five parts switched on
+through config overrides, trained with `minwiola.train.Trainer` on the same data for the same number of steps
+(--steps of --batch-size windows of --block-size tokens, dropout 0), evaluated on the whole held-out split. Stages:
+
+1. Learning rates. `llama-style` and `wiola` (all five parts) at each of --lrs, seed 0. Each takes the rate of
+   lowest final held-out loss; the one-part arms use llama-style's rate, the one-part-removed arms wiola's.
+2. ATM's threshold. tau is set so that the merging layer merges --target-mu of the tokens (mu of eq. 33) on the
+   trained llama-style of stage 1: the input of that layer's attention on --calibration-batches training batches,
+   bisected on tau. Every run then logs the mu it really had (metrics.jsonl, "atm_mu").
+3. The arms, --seeds each: llama-style, llama-style plus one part, wiola, wiola minus one part.
+
+A part's verdict compares the mean final held-out loss (nats/token) of two arms, seeds over seeds: "helps" when
+adding it lowers the mean by more than twice the larger seed spread (max - min) of the two, "hurts" when it raises
+it by that much, else "within noise". Then what the parts learned: GCLA's blend beta, DSFF's gate alpha per
+dimension, WiolaRMSNorm's offsets delta, ATM's mu over the run.
+
+Runs live in --runs/NAME-lrLR-sSEED: finished ones are reused (after checking their settings), stopped ones resumed,
+so the script can be killed and started again. results/ablation.json (and ablation.png) are rewritten after every
+run, so a partial result is never lost.
+"""
+import argparse
+import dataclasses
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from common import ROOT, commit, hardware  # noqa: E402 (benchmarks/common.py)
+from train_runs import best_eval  # noqa: E402
+
+from minwiola import atm, data  # noqa: E402
+from minwiola.budget import count_params, training_flops  # noqa: E402
+from minwiola.generate import load_model  # noqa: E402
+from minwiola.train import TrainConfig, Trainer, read_metrics  # noqa: E402
+
+BASE = "llama-style"
+# DSFF at llama-style's parameter count: per layer 3 d d_A + 2 d d_B + 2 d^2 (the gate W_f) = 3 d 176 (SwiGLU's
+# 8d/3 rounded up to 176), so 3 d_A + 2 d_B = 400; (44, 134) keeps Wiola's d_B ~ 3 d_A and is exactly equal.
+PARTS = {
+    "norm": {"norm": "wiola"},
+    "srpe": {"positions": "srpe"},
+    "srpe a_s=0": {"positions": "srpe", "srpe_a": 0.0},
+    "dsff": {"ffn": "dsff", "d_ff_a": 44, "d_ff": 134},
+    "gcla": {"gcla": "causal"},
+    "atm": {"atm": "copy-forward"},                     # tau filled in by the calibration
+}
+FIVE = ["norm", "srpe", "dsff", "gcla", "atm"]         # the full Wiola (SRPE as the paper sets it)
+
+
+def arms() -> dict[str, tuple[str, list[str]]]:
+    """name -> (the arm it is compared with, the parts it has)."""
+    table = {BASE: ("", [])}
+    table |= {f"+{p}": (BASE, [p]) for p in PARTS}
+    table["wiola"] = ("", FIVE)
+    table |= {f"wiola -{p}": ("wiola", [q for q in FIVE if q != p]) for p in FIVE}
+    return table
+
+
+def overrides(parts: list[str], tau: float | None) -> dict:
+    o = {"dropout": 0.0}
+    for p in parts:
+        o |= PARTS[p]
+    if "atm" in parts:
+        o["atm_tau"] = tau
+    return o
+
+
+def train(name: str, parts: list[str], lr: float, seed: int, tau: float | None, args) -> tuple[Path, dict]:
+    """Train (or reuse, or resume) one run; its best_eval summary plus what it cost."""
+    cfg = TrainConfig(preset=BASE, overrides=overrides(parts, tau), steps=args.steps, batch_size=args.batch_size,
+                      block_size=args.block_size, lr=lr, seed=seed, eval_every=args.eval_every,
+                      sample_tokens=60)
+    out = Path(args.runs) / f"{name.replace(' ', '_')}-lr{lr:g}-s{seed}"
+    if (out / "loss.png").exists():                     # finished: reused if it is this experiment
+        held = json.loads((out / "config.json").read_text())["train"]
+        if held != json.loads(json.dumps(dataclasses.asdict(cfg))):
+            raise SystemExit(f"{out} holds a run with other settings; move it away or pass other --runs")
+    else:
+        resume = (out / "checkpoint").exists() or (out / "checkpoint.old").exists()
+        start = time.perf_counter()
+        Trainer(cfg, out, resume=resume, overwrite=not resume, progress=False, quiet=True).run()
+        print(f"{out.name}: {time.perf_counter() - start:.0f} s", flush=True)
+    run = best_eval(out)
+    evals = [r for r in read_metrics(out) if "valid_nats_per_token" in r]
+    run["final_nats_per_token"] = evals[-1]["valid_nats_per_token"]
+    run["final_bits_per_byte"] = evals[-1]["valid_bits_per_byte"]
+    run["atm_mu"] = [[r["step"], r["atm_mu"]] for r in evals if "atm_mu" in r]
+    model_cfg = cfg.model_config()
+    # model FLOPs per training token (budget.training_flops, at the run's mean mu when ATM merges)
+    mu = statistics.mean(m for _, mus in run["atm_mu"] for m in mus) if run["atm_mu"] else 0.0
+    run["flops_per_token"] = training_flops(model_cfg, args.block_size, mu)
+    run["params"] = count_params(model_cfg)
+    return out, run
+
+
+def calibrate_tau(folder: Path, target: float, batches: int, args) -> dict:
+    """The tau at which the trained model in `folder` merges `target` of the tokens in ATM's layer (bisection:
+    mu only grows as tau falls)."""
+    model, tokenizer = load_model(folder / "best")
+    layer = atm.atm_layers(model.config.n_layers)
+    seen = []
+    hooks = [model.blocks[i].norm1.register_forward_hook(lambda m, a, out: seen.append(out)) for i in layer]
+    tokens = data.tokens("train", tokenizer)
+    generator = torch.Generator().manual_seed(1234)
+    with torch.no_grad():
+        for _ in range(batches):
+            x, _ = data.get_batch(tokens, args.batch_size, args.block_size, generator, torch.device("cpu"))
+            model(x)
+    for h in hooks:
+        h.remove()
+    rho = torch.cat([atm.similarity(h) for h in seen])
+
+    def mu(tau: float) -> float:
+        return atm.merge_ratio(atm.merge_plan(rho, tau))
+
+    lo, hi = -1.0, 1.0                                  # mu(lo) >= target >= mu(hi)
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mu(mid) >= target else (lo, mid)
+    return {"tau": round(lo, 4), "mu_at_tau": mu(round(lo, 4)), "target_mu": target, "layers": list(layer),
+            "on": f"{folder.name} best weights, {batches} training batches of {args.batch_size} x {args.block_size}",
+            "mu_at_paper_tau_0.92": mu(0.92)}
+
+
+def learned(folder: Path) -> dict:
+    """What the parts learned, read from a run's best weights."""
+    model, tokenizer = load_model(folder / "best")
+    out = {}
+    phis = [float(b.attn.phi) for b in model.blocks if hasattr(b.attn, "phi")]
+    if phis:                                            # GCLA: beta = sigmoid(phi) (eq. 27), per layer
+        out["gcla_beta"] = [1 / (1 + math.exp(-p)) for p in phis]
+    if model.config.ffn == "dsff":                      # the gate alpha per dimension on held-out text
+        alphas = []
+        tokens = data.tokens("valid", tokenizer)
+        x = torch.from_numpy(tokens[:64 * 128].astype("int64")).view(-1, 128)
+        with torch.no_grad():
+            model(x)
+        for b in model.blocks:
+            a = b.ffn.last_alpha.reshape(-1, model.config.d)
+            alphas.append({"mean": a.mean(0).tolist(), "std": a.std(0).tolist(),
+                           "decided": int(((a.mean(0) < 0.1) | (a.mean(0) > 0.9)).sum())})
+        out["dsff_alpha"] = alphas
+    deltas = [m.delta for m in model.modules() if hasattr(m, "delta")]
+    if deltas:                                          # WiolaRMSNorm's offsets, against the weights' scale
+        out["norm_delta_abs_mean"] = [float(d.abs().mean()) for d in deltas]
+        out["norm_gamma_abs_mean"] = [float(m.gamma.abs().mean()) for m in model.modules() if hasattr(m, "delta")]
+    return out
+
+
+def verdict(arm: list[float], ref: list[float]) -> dict:
+    """The stated rule: a difference of means beyond twice the larger seed spread counts; else within noise."""
+    diff = statistics.mean(arm) - statistics.mean(ref)
+    noise = 2 * max(max(arm) - min(arm), max(ref) - min(ref))
+    word = "lower" if diff < -noise else "higher" if diff > noise else "within noise"
+    return {"difference": diff, "twice_larger_spread": noise, "loss": word}
+
+
+def summarise(result: dict) -> None:
+    """Per arm: mean and spread of the final held-out loss; per compared pair: the verdict of the part."""
+    for name, arm in result["arms"].items():
+        nats = [r["final_nats_per_token"] for r in arm["seeds"].values()]
+        if not nats:
+            continue
+        arm["mean_nats_per_token"], arm["spread_nats_per_token"] = statistics.mean(nats), max(nats) - min(nats)
+        bpb = [r["final_bits_per_byte"] for r in arm["seeds"].values()]
+        arm["mean_bits_per_byte"] = statistics.mean(bpb)
+        ref = result["arms"].get(arm["compared_with"])
+        if ref and len(ref["seeds"]) >= 2 and len(arm["seeds"]) >= 2:
+            v = verdict(nats, [r["final_nats_per_token"] for r in ref["seeds"].values()])
+            # adding a part that lowers the loss helps; removing a part that raises the loss means it helped
+            adds = arm["compared_with"] == BASE
+            v["part"] = {"lower": "helps" if adds else "hurts", "higher": "hurts" if adds else "helps",
+                         "within noise": "within noise"}[v["loss"]]
+            arm["verdict"] = v
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = [n for n, a in result["arms"].items() if "mean_nats_per_token" in a]
+    if not names:
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for i, (key, label, scale) in enumerate([("tokens", "tokens seen (millions)", 1e6),
+                                             ("flops", "model training FLOPs (10^12)", 1e12),
+                                             ("seconds", "training seconds (2-core CPU, 1 thread per run)", 1)]):
+        ax = axes[i]
+        for j, name in enumerate(n for n in names if n in (BASE, "wiola") or n.startswith("+")):
+            for k, r in enumerate(result["arms"][name]["seeds"].values()):
+                x = [t for t, _ in r["valid_curve"]]
+                if key == "flops":
+                    x = [t * r["flops_per_token"] for t in x]
+                elif key == "seconds":
+                    x = [s for s, _ in r["valid_seconds"]]
+                ax.plot([v / scale for v in x], [v for _, v in r["valid_curve"]], color=f"C{j}", alpha=0.7,
+                        label=name if k == 0 else None)
+        ax.set_xlabel(label)
+        ax.set_ylabel("held-out loss (nats/token)")
+        ax.set_ylim(top=min(6.0, ax.get_ylim()[1]))
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"llama-style plus one Wiola part at a time, {result['steps']} steps of {result['batch_size']} x "
+                 f"{result['block_size']} tokens ({result['data']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--block-size", type=int, default=128)
+    parser.add_argument("--eval-every", type=int, default=100)
+    parser.add_argument("--lrs", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3, 1e-2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--target-mu", type=float, default=0.11, help="ATM's merge ratio (the paper's 0.08-0.14)")
+    parser.add_argument("--calibration-batches", type=int, default=20)
+    parser.add_argument("--only", nargs="+", default=None, help="train only these arms (after stages 1-2)")
+    parser.add_argument("--runs", default=str(ROOT / "runs" / "ablation"))
+    parser.add_argument("--result", default=str(ROOT / "results" / "ablation.json"))
+    args = parser.parse_args(argv)
+    result = {"command": "python benchmarks/ablation.py" + "".join(" " + a for a in sys.argv[1:]),
+              "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
+              "torch": torch.__version__, "data": data.describe_source(), "steps": args.steps,
+              "batch_size": args.batch_size, "block_size": args.block_size, "seeds": args.seeds,
+              "rule": "a part helps (hurts) when adding it lowers (raises) the mean final held-out loss, or removing "
+                      "it raises (lowers) it, by more than twice the larger seed spread (max - min) of the two arms; "
+                      "otherwise within noise",
+              "lr_sweep": {}, "arms": {}}
+    result_path = Path(args.result)
+
+    def save():
+        summarise(result)
+        result_path.write_text(json.dumps(result, indent=1) + "\n")
+        plot(result, result_path.with_suffix(".png"))
+
+    def record(table: dict, name: str, out: Path, run: dict) -> None:
+        # seconds at each evaluation, for the loss-against-time panel
+        run["valid_seconds"] = [[r["elapsed_s"], r["valid_nats_per_token"]] for r in read_metrics(out)
+                                if "valid_nats_per_token" in r]
+        table[name] = run
+
+    # 1. learning rates (llama-style first: its trained model calibrates tau)
+    best_lr, tau = {}, None
+    for name in (BASE, "wiola"):
+        if name == "wiola":
+            result["atm_calibration"] = calibrate_tau(best_folder, args.target_mu, args.calibration_batches, args)
+            tau = result["atm_calibration"]["tau"]
+            print("ATM calibration:", result["atm_calibration"], flush=True)
+        sweep = result["lr_sweep"].setdefault(name, {})
+        for lr in args.lrs:
+            out, run = train(name, arms()[name][1], lr, args.seeds[0], tau, args)
+            sweep[f"{lr:g}"] = {k: run[k] for k in ("final_nats_per_token", "final_bits_per_byte", "train_seconds",
+                                                   "atm_mu")}
+            save()
+        best_lr[name] = min(args.lrs, key=lambda lr: sweep[f"{lr:g}"]["final_nats_per_token"])
+        if name == BASE:
+            best_folder = Path(args.runs) / f"{BASE}-lr{best_lr[BASE]:g}-s{args.seeds[0]}"
+    result["best_lr"] = {k: v for k, v in best_lr.items()}
+
+    # 3. the arms
+    for name, (ref, parts) in arms().items():
+        if args.only and name not in args.only:
+            continue
+        lr = best_lr["wiola" if ref == "wiola" or name == "wiola" else BASE]
+        arm = result["arms"].setdefault(name, {"compared_with": ref, "parts": parts, "lr": lr, "seeds": {}})
+        for seed in args.seeds:
+            out, run = train(name, parts, lr, seed, tau, args)
+            record(arm["seeds"], str(seed), out, run)
+            if seed == args.seeds[0]:
+                arm["params"], arm["flops_per_token"] = run["params"], run["flops_per_token"]
+                arm["learned"] = learned(out)
+            save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
