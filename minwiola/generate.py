@@ -11,10 +11,15 @@ z / t overflows, raise ValueError instead of quietly picking a wrong token.
 
 With the KV cache each step feeds only the newest token; without it, each step re-reads the whole sequence.
 Both give the same tokens (tested); the cache is faster (benchmarks/generation_bench.py).
+
+`story_statistics` measures what Yocto reports of its stories (vocabulary diversity, 2-gram repetition), with the
+definitions written down; `STORY_MODEL` is the small trained model that ships with the package (lesson 11).
 """
 from __future__ import annotations
 
 import argparse
+import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -123,19 +128,61 @@ def generate(model: LanguageModel, tokenizer, prompt: str, max_new_tokens: int =
 
     The prompt is preceded by `<|endoftext|>`, as every story in the training data is.
     """
+    return sample_stories(model, tokenizer, prompt, 1, max_new_tokens, temperature, top_k, top_p, seed,
+                          use_cache)[0]
+
+
+def sample_stories(model: LanguageModel, tokenizer, prompt: str, n: int, max_new_tokens: int = 200,
+                   temperature: float = 0.8, top_k: int | None = None, top_p: float | None = 0.95, seed: int = 0,
+                   use_cache: bool = True) -> list[str]:
+    """`n` continuations of one prompt (as `generate`), drawn together as one batch of n rows; each ends at its
+    first `<|endoftext|>`."""
     start = [tokenizer.eot_id] + tokenizer.encode(prompt)
     if len(start) > model.config.context:
         raise ValueError(f"the prompt is {len(start)} tokens (with the leading <|endoftext|>), longer than the "
                          f"model's context={model.config.context}; shorten it")
     device = next(model.parameters()).device
-    idx = torch.tensor([start], dtype=torch.long, device=device)
+    idx = torch.tensor([start] * n, dtype=torch.long, device=device)
     room = model.config.context - len(start)
     out = generate_ids(model, idx, min(max_new_tokens, room), temperature, top_k, top_p, seed, use_cache,
-                       stop_id=tokenizer.eot_id, n_ids=min(tokenizer.vocab_size, model.config.vocab_size)
-                       )[0, len(start):].tolist()
-    if tokenizer.eot_id in out:
-        out = out[:out.index(tokenizer.eot_id)]
-    return prompt + tokenizer.decode(out)
+                       stop_id=tokenizer.eot_id, n_ids=min(tokenizer.vocab_size, model.config.vocab_size))
+    stories = []
+    for row in out[:, len(start):].tolist():
+        if tokenizer.eot_id in row:
+            row = row[:row.index(tokenizer.eot_id)]
+        stories.append(prompt + tokenizer.decode(row))
+    return stories
+
+
+STORY_MODEL = Path(__file__).parent / "assets" / "story-model"   # trained in lesson 11 (README: how)
+
+
+def words(text: str) -> list[str]:
+    """The words of a text for `story_statistics`: lower-cased runs of letters (an apostrophe inside a word
+    keeps it whole: "didn't" is one word); digits and punctuation are not words."""
+    return re.findall(r"[a-z]+(?:'[a-z]+)*", text.lower())
+
+
+def story_statistics(texts: list[str], n_words: int = 100) -> dict:
+    """Diversity of a set of stories, each cut to its first `n_words` words (texts shorter are left out, so
+    every ratio is taken over the same length: the ratios fall as texts grow longer).
+
+    Per story, with w its words and b its word 2-grams (n_words - 1 of them):
+    * distinct-1 ("vocabulary diversity") = |set(w)| / |w|;
+    * distinct-2 = |set(b)| / |b|;
+    * 2-gram repetition = the share of 2-grams that repeat one seen earlier in the same story = 1 - distinct-2.
+    Each is the mean over stories. Returns those three, and `stories` (how many were long enough) and `n_words`.
+    """
+    if not isinstance(n_words, int) or n_words < 2:
+        raise ValueError(f"n_words must be an int >= 2 (a 2-gram needs two words), got {n_words!r}")
+    cut = [w[:n_words] for w in map(words, texts) if len(w) >= n_words]
+    if not cut:
+        raise ValueError(f"none of the {len(texts)} texts has {n_words} words; generate longer ones or lower "
+                         f"n_words")
+    distinct_1 = [len(set(w)) / len(w) for w in cut]
+    distinct_2 = [len(set(zip(w, w[1:]))) / (len(w) - 1) for w in cut]
+    return {"stories": len(cut), "n_words": n_words, "distinct_1": statistics.mean(distinct_1),
+            "distinct_2": statistics.mean(distinct_2), "repetition_2": 1 - statistics.mean(distinct_2)}
 
 
 def load_model(folder: str | Path) -> tuple[LanguageModel, "Tokenizer"]:
@@ -155,9 +202,12 @@ def load_model(folder: str | Path) -> tuple[LanguageModel, "Tokenizer"]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m minwiola.generate RUN_DIR "Once upon a time"`: write a story with a trained model (`load_model`)."""
+    """`python -m minwiola.generate [RUN_DIR ["Once upon a time"]]`: write a story with a trained model
+    (`load_model`; without RUN_DIR, the shipped one)."""
     parser = argparse.ArgumentParser(prog="python -m minwiola.generate", description="Write a story with a trained model.")
-    parser.add_argument("run", help="a run folder (its best/ weights, else checkpoint/) or a save_pretrained folder")
+    parser.add_argument("run", nargs="?", default=str(STORY_MODEL),
+                        help="a run folder (its best/ weights, else checkpoint/) or a save_pretrained folder "
+                             "(default: the small trained model shipped in minwiola/assets/story-model)")
     parser.add_argument("prompt", nargs="?", default="Once upon a time", help="the story's first words")
     parser.add_argument("--tokens", type=int, default=200, help="at most this many new tokens (default 200)")
     parser.add_argument("--temperature", type=float, default=0.8, help="0 is greedy (default 0.8)")

@@ -222,3 +222,34 @@ def test_the_config_derives_the_head_shape_once():
         assert head_shape(cfg.d, cfg.n_heads, cfg.n_kv_heads, cfg.qkv) == (cfg.H_kv, cfg.d_h), name
     attn = LanguageModel(preset("wiola-tiny")).blocks[0].attn
     assert (attn.H_kv, attn.d_h) == (preset("wiola-tiny").H_kv, preset("wiola-tiny").d_h)
+
+
+def test_story_statistics_follow_their_definitions():
+    """distinct-1, distinct-2 and 2-gram repetition (lesson 11) on texts whose values are known by hand."""
+    from minwiola.generate import story_statistics, words
+    assert words("Tom didn't run. 3 cats!") == ["tom", "didn't", "run", "cats"]
+    once = "a b c d e f"                                    # 6 words, all distinct: 1, 1, 0
+    twice = "the cat the cat the cat"                       # 2 distinct of 6; 2-grams: (the cat) x3, (cat the) x2
+    stats = story_statistics([once, twice, "too short"], n_words=6)
+    assert stats["stories"] == 2                            # the 2-word text is left out
+    assert stats["distinct_1"] == pytest.approx((1 + 2 / 6) / 2)
+    assert stats["distinct_2"] == pytest.approx((1 + 2 / 5) / 2)
+    assert stats["repetition_2"] == pytest.approx(1 - stats["distinct_2"])
+    assert story_statistics([twice + " dog"], n_words=6) == story_statistics([twice], n_words=6)   # cut to 6
+    for bad in (1, 2.5):
+        with pytest.raises(ValueError, match="n_words"):
+            story_statistics([once], n_words=bad)
+    with pytest.raises(ValueError, match="none of the 1 texts has 7 words"):
+        story_statistics([once], n_words=7)
+
+
+def test_sample_stories_draws_a_batch_and_its_first_row_is_generate():
+    from minwiola.generate import generate, sample_stories
+    from minwiola.tokenizer import default_tokenizer
+    torch.manual_seed(0)
+    model, tok = LanguageModel(preset("tiny-llama", vocab_size=4096, context=64)), default_tokenizer()
+    stories = sample_stories(model, tok, "Once upon a time", 4, 12, seed=3)
+    assert len(stories) == 4 and all(s.startswith("Once upon a time") for s in stories)
+    assert len(set(stories)) > 1                            # the rows draw their own tokens
+    assert sample_stories(model, tok, "Once upon a time", 1, 12, seed=3)[0] == generate(
+        model, tok, "Once upon a time", 12, seed=3)

@@ -320,3 +320,19 @@ def test_generate_command_explains_a_prompt_longer_than_the_context(small_data, 
     assert "longer than the model's context=64" in capsys.readouterr().err
     assert generate_main([str(tmp_path / "nothing")]) == 1
     assert "not found" in capsys.readouterr().err
+
+
+def test_atm_merge_ratio_is_logged_every_step_and_averaged_at_every_evaluation(small_data, tmp_path):
+    """mu is measured, not assumed (issue 15): each step logs the merging layer's mu, each evaluation its mean."""
+    cfg = tiny(overrides={**tiny().overrides, "n_layers": 3, "atm_tau": 0.0})       # tau 0: plenty of merges
+    Trainer(cfg, tmp_path / "run", progress=False, quiet=True).run()
+    records = train.read_metrics(tmp_path / "run")
+    steps = [r for r in records if "train_loss" in r]
+    evals = [r for r in records if "valid_nats_per_token" in r]
+    assert all(len(r["atm_mu"]) == 1 and 0 < r["atm_mu"][0] <= 0.5 for r in steps)   # one merging layer of 3
+    for e in evals:
+        since = [r["atm_mu"][0] for r in steps if e["step"] - cfg.eval_every < r["step"] <= e["step"]]
+        assert e["atm_mu"] == [pytest.approx(sum(since) / len(since))]
+    plain = tiny(overrides={**tiny().overrides, "atm": "off"})
+    Trainer(plain, tmp_path / "plain", progress=False, quiet=True).run()
+    assert not any("atm_mu" in r for r in train.read_metrics(tmp_path / "plain"))

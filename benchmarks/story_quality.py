@@ -1,0 +1,90 @@
+"""How well does a trained model write? The numbers Yocto reports, measured on many samples (lesson 11).
+
+    MINWIOLA_DATA=../shared/data/tinystories python benchmarks/story_quality.py runs/quality6k/llama-style-s0 --ship
+
+Reads a finished run folder: its best weights, and the story it wrote from the trainer's prompt at each evaluation
+(samples.txt). Writes results/story_quality.json with
+* the stories of one run at several steps (the same prompt, temperature 0.8, seed 0: the trainer's samples);
+* `story_statistics` (distinct-1, distinct-2, 2-gram repetition over each story's first --n-words words) of
+  --per-prompt samples from each of the PROMPTS at temperature 0.8 and 1.0 (top-p 0.95), of the greedy story of
+  each prompt, and of the held-out stories as the reference;
+* the model's held-out numbers, the command, commit, hardware and data.
+With --ship, the run's best weights (with config, tokenizer and checksums) are copied to minwiola/assets/story-model,
+the model `python -m minwiola.generate` uses when given no folder.
+"""
+import argparse
+import json
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from common import ROOT, commit, hardware  # noqa: E402 (benchmarks/common.py)
+
+from minwiola import data  # noqa: E402
+from minwiola.budget import count_params  # noqa: E402
+from minwiola.generate import STORY_MODEL, generate, load_model, sample_stories, story_statistics  # noqa: E402
+
+PROMPTS = ["Once upon a time", "One day, a little girl named", "Tom and his dog", "The sun was shining and",
+           "Lily wanted to", "There was a big tree", "Mom said", "The cat saw a", "Ben was sad because",
+           "At the park,"]
+
+
+SHIPPED = ("model.safetensors", "config.json", "tokenizer.bpe", "eval.json", "SHA256SUMS")
+
+
+def stories_at_steps(run: Path) -> dict[int, str]:
+    """{step: the story the trainer wrote at that evaluation} from samples.txt."""
+    text = (run / "samples.txt").read_text()
+    found = re.findall(r"--- step (\d+), held-out [0-9.]+ nats/token\n(.*?)\n\n(?=--- step|\Z)", text, re.S)
+    return {int(step): story for step, story in found}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run", help="a finished run folder")
+    parser.add_argument("--steps", type=int, nargs="+", default=[100, 300, 1000, 3000, 6000])
+    parser.add_argument("--per-prompt", type=int, default=20)
+    parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--n-words", type=int, default=60)
+    parser.add_argument("--ship", action="store_true", help="copy the best weights to minwiola/assets/story-model")
+    parser.add_argument("--result", default=str(ROOT / "results" / "story_quality.json"))
+    args = parser.parse_args(argv)
+    run = Path(args.run)
+    torch.manual_seed(0)
+    model, tokenizer = load_model(run)
+    at = stories_at_steps(run)
+    result = {"command": "python benchmarks/story_quality.py" + "".join(" " + a for a in sys.argv[1:]),
+              "commit": commit(), "hardware": hardware(), "torch": torch.__version__,
+              "data": data.describe_source(), "run": run.name, "params": count_params(model.config),
+              "trained": json.loads((run / "config.json").read_text())["train"],
+              "best": json.loads((run / "best" / "eval.json").read_text()),
+              "stories_at_step": {s: at[s] for s in args.steps if s in at}, "n_words": args.n_words,
+              "prompts": PROMPTS, "per_prompt": args.per_prompt, "tokens": args.tokens, "settings": {}}
+    for name, temperature in [("temperature 0.8", 0.8), ("temperature 1.0", 1.0), ("greedy", 0.0)]:
+        start = time.perf_counter()
+        n = 1 if temperature == 0 else args.per_prompt      # greedy: every sample of a prompt is the same
+        texts = [s for i, p in enumerate(PROMPTS)
+                 for s in sample_stories(model, tokenizer, p, n, args.tokens, temperature, seed=i)]
+        result["settings"][name] = {**story_statistics(texts, args.n_words), "samples": len(texts),
+                                    "example": texts[0], "seconds": time.perf_counter() - start}
+        print(name, {k: v for k, v in result["settings"][name].items() if k != "example"}, flush=True)
+    reference = data.load_stories("valid")
+    result["reference"] = {**story_statistics(reference, args.n_words), "texts": len(reference)}
+    print("held-out stories", result["reference"])
+    result["example"] = generate(model, tokenizer, "Once upon a time", args.tokens, seed=0)
+    Path(args.result).write_text(json.dumps(result, indent=1) + "\n")
+    if args.ship:
+        STORY_MODEL.mkdir(parents=True, exist_ok=True)  # replaces only the files an earlier --ship copied
+        for name in SHIPPED:
+            shutil.copy2(run / "best" / name, STORY_MODEL / name)
+        load_model(STORY_MODEL)                         # the checksums still hold
+        print("shipped", STORY_MODEL)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
