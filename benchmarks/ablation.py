@@ -102,30 +102,20 @@ def train(name: str, parts: list[str], lr: float, seed: int, tau: float | None, 
 
 
 def calibrate_tau(folder: Path, target: float, batches: int, args) -> dict:
-    """The tau at which the trained model in `folder` merges `target` of the tokens in ATM's layer (bisection:
-    mu only grows as tau falls)."""
+    """The tau at which the trained model in `folder` merges `target` of the tokens in ATM's layer
+    (`atm.tau_for_ratio` on the similarities of that layer's normed input)."""
     model, tokenizer = load_model(folder / "best")
     layer = atm.atm_layers(model.config.n_layers)
-    seen = []
-    hooks = [model.blocks[i].norm1.register_forward_hook(lambda m, a, out: seen.append(out)) for i in layer]
     tokens = data.tokens("train", tokenizer)
     generator = torch.Generator().manual_seed(1234)
-    with torch.no_grad():
-        for _ in range(batches):
-            x, _ = data.get_batch(tokens, args.batch_size, args.block_size, generator, torch.device("cpu"))
-            model(x)
-    for h in hooks:
-        h.remove()
-    rho = torch.cat([atm.similarity(h) for h in seen])
+    rho = torch.cat([model.atm_similarities(data.get_batch(tokens, args.batch_size, args.block_size, generator,
+                                                           torch.device("cpu"))[0]) for _ in range(batches)])
+    tau = round(atm.tau_for_ratio(rho, target), 4)
 
     def mu(tau: float) -> float:
         return atm.merge_ratio(atm.merge_plan(rho, tau))
 
-    lo, hi = -1.0, 1.0                                  # mu(lo) >= target >= mu(hi)
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if mu(mid) >= target else (lo, mid)
-    return {"tau": round(lo, 4), "mu_at_tau": mu(round(lo, 4)), "target_mu": target, "layers": list(layer),
+    return {"tau": tau, "mu_at_tau": mu(tau), "target_mu": target, "layers": list(layer),
             "on": f"{folder.name} best weights, {batches} training batches of {args.batch_size} x {args.block_size}",
             "mu_at_paper_tau_0.92": mu(0.92)}
 

@@ -89,6 +89,25 @@ def merge_ratio(slot: torch.Tensor) -> float:
     return 1.0 - float((slot[:, -1] + 1).sum()) / slot.numel()
 
 
+def tau_for_ratio(rho: torch.Tensor, target: float, iterations: int = 40) -> float:
+    """The threshold tau at which Algorithm 1 merges a share `target` of the tokens with similarities rho (B, T-1):
+    the largest tau with merge_ratio >= target, found by bisection on [-1, 1].
+
+    Bisection works because mu never falls as tau falls: a position above tau stays above a lower tau, and a run
+    of n positions above tau gives ceil(n / 2) pairs, which joining or growing runs never lowers. The paper fixes
+    tau = 0.92 and states mu in 0.08-0.14; whether a model's states ever pass 0.92 is an empirical matter, so
+    calibrate tau on the model's own states and log the mu a run really has (lesson 11)."""
+    if not 0.0 <= target < 0.5:
+        raise ValueError(f"target merge ratio must be in [0, 0.5) (pairs merge at most half), got {target}")
+    lo, hi = -1.0, 1.0                                   # merge_ratio at lo >= target; hi: the bracket's top
+    if merge_ratio(merge_plan(rho, hi)) >= target:
+        return hi
+    for _ in range(iterations):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if merge_ratio(merge_plan(rho, mid)) >= target else (lo, mid)
+    return lo
+
+
 def first_positions(slot: torch.Tensor) -> torch.Tensor:
     """(B, T'): the original position of each slot's first member (padding slots get 0)."""
     B, T = slot.shape

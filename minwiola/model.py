@@ -310,6 +310,23 @@ class LanguageModel(nn.Module):
         return [atm.merge_ratio(block.last_slot) for block in self.blocks
                 if block.merge_kind is not None and block.last_slot is not None]
 
+    @torch.no_grad()
+    def atm_similarities(self, idx: torch.Tensor) -> torch.Tensor:
+        """rho (eq. 30) of neighbouring tokens in the normed input of each of ATM's layers (the middle third) for
+        ids idx (B, T): (B * layers, T - 1). With ATM off too: what ATM would see there (to calibrate its tau)."""
+        seen = []
+        layers = [self.blocks[i].norm1 for i in atm.atm_layers(len(self.blocks))]
+        hooks = [norm.register_forward_hook(lambda module, args, out: seen.append(out)) for norm in layers]
+        was_training = self.training
+        try:
+            self.eval()                               # a forward without merging
+            self(idx)
+        finally:
+            self.train(was_training)
+            for hook in hooks:
+                hook.remove()
+        return torch.cat([atm.similarity(h) for h in seen])
+
     def check_ids(self, idx: torch.Tensor, start: int = 0) -> None:
         """Raise ValueError unless idx is a (B, T) integer tensor of valid ids that fits the context."""
         cfg = self.config

@@ -285,3 +285,29 @@ def test_every_mixer_has_one_signature_and_its_own_decoding_state():
     gcla, plain = LanguageModel(preset("wiola-tiny")), LanguageModel(preset("tiny-llama"))
     assert all(type(c) is GCLACache for c in gcla.new_cache())
     assert all(type(c) is KVCache and not hasattr(c, "input_sum") for c in plain.new_cache())
+
+
+def test_tau_for_ratio_finds_the_threshold_that_merges_the_target_share():
+    """Calibrating ATM (lesson 11): the tau returned merges at least the target, and any higher tau merges less."""
+    torch.manual_seed(0)
+    rho = torch.rand(8, 127) * 2 - 1
+    for target in (0.0, 0.05, 0.11, 0.3):
+        tau = atm.tau_for_ratio(rho, target)
+        assert atm.merge_ratio(atm.merge_plan(rho, tau)) >= target
+        assert atm.merge_ratio(atm.merge_plan(rho, tau + 1e-6)) < target or tau == 1.0
+    assert atm.tau_for_ratio(torch.full((1, 9), 1.5), 0.4) == 1.0       # everything above any cosine threshold
+    with pytest.raises(ValueError, match="target merge ratio"):
+        atm.tau_for_ratio(rho, 0.5)
+
+
+def test_atm_similarities_read_the_normed_input_of_the_middle_layers():
+    from minwiola.model import LanguageModel, preset
+    torch.manual_seed(0)
+    model = LanguageModel(preset("tiny-llama", n_layers=3))
+    idx = torch.randint(0, 64, (2, 10))
+    x = model.embed(idx)
+    with torch.no_grad():
+        h = model.blocks[0](x)                             # the middle third of 3 layers is layer 1
+        expected = atm.similarity(model.blocks[1].norm1(h))
+    model.train()
+    assert torch.allclose(model.atm_similarities(idx), expected, atol=1e-6) and model.training

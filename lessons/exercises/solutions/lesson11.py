@@ -1,0 +1,50 @@
+"""Solutions to lesson 11's exercises (try them first). Load one into the notebook with
+`%load exercises/solutions/lesson11.py`."""
+import math
+
+from minwiola import atm
+
+
+def bits_per_byte(nats_per_token, bytes_per_token):
+    return nats_per_token / math.log(2) / bytes_per_token          # nats -> bits, per token -> per byte
+
+
+def rate_at(step, total=2000, peak=3e-3, warmup=0.05):
+    p = step / total
+    if p < warmup:
+        return peak * p / warmup                                    # linear warm-up from 0
+    return peak * 0.5 * (1 + math.cos(math.pi * (p - warmup) / (1 - warmup)))   # half cosine down to 0
+
+
+def verdict(arm, ref):
+    diff = sum(arm) / len(arm) - sum(ref) / len(ref)
+    noise = 2 * max(max(arm) - min(arm), max(ref) - min(ref))
+    return "lower" if diff < -noise else "higher" if diff > noise else "within noise"
+
+
+def distinct(words, n):
+    grams = list(zip(*(words[i:] for i in range(n))))
+    return len(set(grams)) / len(grams)
+
+
+def tau_for_ratio(rho, target):
+    lo, hi = -1.0, 1.0                 # mu(lo) >= target; mu only grows as tau falls, so bisect
+    if atm.merge_ratio(atm.merge_plan(rho, hi)) >= target:
+        return hi
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if atm.merge_ratio(atm.merge_plan(rho, mid)) >= target:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+# Plausible mistakes, for the test that every check catches one (tests/test_exercises.py).
+WRONG = {
+    "bits_per_byte": lambda nats, nbytes: nats / nbytes,                       # forgot nats -> bits
+    "rate_at": lambda step: 3e-3 * 0.5 * (1 + math.cos(math.pi * step / 2000)),  # no warm-up
+    "verdict": lambda arm, ref: "lower" if sum(arm) < sum(ref) else "higher",   # no noise rule
+    "distinct": lambda words, n: len(set(words)) / len(words),                  # ignores n
+    "tau_for_ratio": lambda rho, target: 0.92,                                  # the paper's tau, uncalibrated
+}
