@@ -172,6 +172,22 @@ def summarise(result: dict) -> None:
             arm["verdict"] = v
 
 
+def table(result: dict) -> str:
+    """The README's Markdown table (`--report`): every arm, its mean and spread over seeds, its verdict."""
+    rows = ["| arm | parameters | peak rate | seeds | nats/token (mean) | spread (max - min) | bits/byte | "
+            "compared with | difference | 2 x larger spread | the part |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, a in result["arms"].items():
+        if "mean_nats_per_token" not in a:
+            continue
+        v = a.get("verdict")
+        rest = (f"`{a['compared_with']}` | {v['difference']:+.4f} | {v['twice_larger_spread']:.4f} | {v['part']} |"
+                if v else "| | | |")
+        rows.append(f"| `{name}` | {a['params']:,} | {a['lr']:g} | {len(a['seeds'])} | "
+                    f"{a['mean_nats_per_token']:.4f} | {a['spread_nats_per_token']:.4f} | "
+                    f"{a['mean_bits_per_byte']:.4f} | {rest}")
+    return "\n".join(rows)
+
+
 def plot(result: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -217,7 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", default=None, help="train only these arms (after stages 1-2)")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "ablation"))
     parser.add_argument("--result", default=str(ROOT / "results" / "ablation.json"))
+    parser.add_argument("--report", action="store_true", help="print the README table from --result; train nothing")
     args = parser.parse_args(argv)
+    if args.report:
+        print(table(json.loads(Path(args.result).read_text())))
+        return 0
     result = {"command": "python benchmarks/ablation.py" + "".join(" " + a for a in sys.argv[1:]),
               "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "data": data.describe_source(), "steps": args.steps,

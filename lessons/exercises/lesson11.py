@@ -42,21 +42,23 @@ def check_2(rate_at) -> None:
     print("Exercise 2: correct (the peak is reached at step 100)")
 
 
-def check_3(verdict) -> None:
-    """verdict(arm, ref): "lower", "higher" or "within noise" by the ablation's rule."""
-    cases = [([3.00, 3.01, 3.02], [3.10, 3.11, 3.12], "lower"),       # 0.10 apart, noise 2 x 0.02 = 0.04
-             ([3.10, 3.11, 3.12], [3.00, 3.01, 3.02], "higher"),
-             ([3.00, 3.05, 3.10], [3.10, 3.11, 3.12], "within noise"),  # 0.06 apart, noise 2 x 0.10 = 0.20
-             ([3.00, 3.01], [3.00, 3.03, 3.06], "within noise"),        # the larger spread (0.06) counts
-             ([3.00, 3.00, 3.00], [3.00, 3.00, 3.00], "within noise")]  # equal means are never a difference
-    if not attempted(verdict(*cases[0][:2]), 3):
+def check_3(dsff_widths) -> None:
+    """dsff_widths(d, hidden): (d_A, d_B) with DSFF's parameters equal to a SwiGLU of that hidden width."""
+    if not attempted(dsff_widths(64, 176), 3):
         return
-    for arm, ref, want in cases:
-        got = verdict(arm, ref)
-        assert got == want, (f"arm {arm} against ref {ref}: got {got!r}, expected {want!r} (difference of means "
-                             f"{sum(arm) / len(arm) - sum(ref) / len(ref):+.3f}, twice the larger spread "
-                             f"{2 * max(max(arm) - min(arm), max(ref) - min(ref)):.3f})")
-    print("Exercise 3: correct")
+    for d, hidden in ((64, 176), (512, 1368), (32, 88), (96, 256)):
+        got = dsff_widths(d, hidden)
+        assert isinstance(got, tuple) and len(got) == 2, f"d={d}, hidden={hidden}: expected a pair, got {got!r}"
+        a, b = got
+        budget = 3 * d * hidden
+        used = 3 * d * a + 2 * d * b + 2 * d * d
+        assert used == budget, (f"d={d}, hidden={hidden}: ({a}, {b}) gives DSFF 3*d*d_A + 2*d*d_B + 2*d^2 = "
+                                f"{used:,} parameters, SwiGLU has 3*d*hidden = {budget:,} (is the gate W_f in?)")
+        best = min((abs((3 * hidden - 2 * d - 3 * x) // 2 - 3 * x), x) for x in range(1, hidden)
+                   if (3 * hidden - 2 * d - 3 * x) % 2 == 0 and 3 * hidden - 2 * d - 3 * x > 0)
+        assert abs(b - 3 * a) == best[0], (f"d={d}, hidden={hidden}: ({a}, {b}) is exact but d_B - 3 d_A = "
+                                           f"{b - 3 * a}; another exact pair has |d_B - 3 d_A| = {best[0]}")
+    print(f"Exercise 3: correct (the ablation's DSFF: {dsff_widths(64, 176)})")
 
 
 def check_4(distinct) -> None:
@@ -93,4 +95,4 @@ def check_5(tau_for_ratio) -> None:
     print(f"Exercise 5: correct (tau = {float(tau_for_ratio(rho, 0.11)):.3f} for mu = 0.11 on uniform similarities)")
 
 
-EXERCISES = {1: "bits_per_byte", 2: "rate_at", 3: "verdict", 4: "distinct", 5: "tau_for_ratio"}   # check -> name
+EXERCISES = {1: "bits_per_byte", 2: "rate_at", 3: "dsff_widths", 4: "distinct", 5: "tau_for_ratio"}   # check -> name

@@ -16,10 +16,11 @@ def rate_at(step, total=2000, peak=3e-3, warmup=0.05):
     return peak * 0.5 * (1 + math.cos(math.pi * (p - warmup) / (1 - warmup)))   # half cosine down to 0
 
 
-def verdict(arm, ref):
-    diff = sum(arm) / len(arm) - sum(ref) / len(ref)
-    noise = 2 * max(max(arm) - min(arm), max(ref) - min(ref))
-    return "lower" if diff < -noise else "higher" if diff > noise else "within noise"
+def dsff_widths(d, hidden):
+    # 3 d d_A + 2 d d_B + 2 d^2 (the gate W_f: 2d -> d) = 3 d hidden, so 3 d_A + 2 d_B = 3 hidden - 2 d
+    total = 3 * hidden - 2 * d
+    pairs = [(a, (total - 3 * a) // 2) for a in range(1, hidden) if (total - 3 * a) % 2 == 0 and total > 3 * a]
+    return min(pairs, key=lambda p: (abs(p[1] - 3 * p[0]), p[0]))   # closest to Wiola's d_B = 3 d_A
 
 
 def distinct(words, n):
@@ -44,7 +45,7 @@ def tau_for_ratio(rho, target):
 WRONG = {
     "bits_per_byte": lambda nats, nbytes: nats / nbytes,                       # forgot nats -> bits
     "rate_at": lambda step: 3e-3 * 0.5 * (1 + math.cos(math.pi * step / 2000)),  # no warm-up
-    "verdict": lambda arm, ref: "lower" if sum(arm) < sum(ref) else "higher",   # no noise rule
+    "dsff_widths": lambda d, hidden: (hidden // 4, 3 * hidden // 4),          # forgot the gate's 2 d^2
     "distinct": lambda words, n: len(set(words)) / len(words),                  # ignores n
     "tau_for_ratio": lambda rho, target: 0.92,                                  # the paper's tau, uncalibrated
 }
