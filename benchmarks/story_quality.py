@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     at = stories_at_steps(run)
     result = {"command": "python benchmarks/story_quality.py" + "".join(" " + a for a in sys.argv[1:]),
               "commit": commit(), "hardware": hardware(), "torch": torch.__version__,
-              "data": data.describe_source(), "run": run.name, "params": count_params(model.config),
+              "data": data.describe_source(), "train_tokens": len(data.tokens("train", tokenizer)),
+              "valid_tokens": len(data.tokens("valid", tokenizer)), "run": run.name, "params": count_params(model.config),
               "trained": json.loads((run / "config.json").read_text())["train"],
               "best": json.loads((run / "best" / "eval.json").read_text()),
               "stories_at_step": {s: at[s] for s in args.steps if s in at}, "n_words": args.n_words,

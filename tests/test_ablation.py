@@ -1,0 +1,66 @@
+"""benchmarks/ablation.py's design (issue 15): every part in both directions, DSFF at equal parameters, the rule."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from minwiola.budget import count_params
+from minwiola.model import preset
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ablation():
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.append(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("ablation", ROOT / "benchmarks" / "ablation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_part_is_added_alone_and_removed_from_the_full_wiola():
+    a = ablation()
+    arms = a.arms()
+    assert arms["llama-style"] == ("", []) and arms["wiola"] == ("", a.FIVE)
+    for part in a.PARTS:
+        assert arms[f"+{part}"] == ("llama-style", [part])
+    for part in a.FIVE:
+        assert arms[f"wiola -{part}"] == ("wiola", [p for p in a.FIVE if p != part])
+    assert set(a.FIVE) == {"norm", "srpe", "dsff", "gcla", "atm"}
+
+
+def test_dsff_arm_has_exactly_llama_styles_parameters_and_srpe_atm_add_none():
+    a = ablation()
+    base = count_params(preset("llama-style"))
+    for part in ("dsff", "srpe", "srpe a_s=0", "atm"):
+        assert count_params(preset("llama-style", **a.overrides([part], 0.5))) == base, part
+    full = preset("llama-style", **a.overrides(a.FIVE, 0.5))
+    assert full.norm == "wiola" and full.positions == "srpe" and full.gcla == "causal" and full.atm_tau == 0.5
+    assert full.dropout == 0.0 and preset("llama-style", **a.overrides(["srpe a_s=0"], None)).srpe_a == 0.0
+
+
+@pytest.mark.parametrize("arm,ref,word", [
+    ([3.00, 3.01, 3.02], [3.10, 3.11, 3.12], "lower"),
+    ([3.10, 3.11, 3.12], [3.00, 3.01, 3.02], "higher"),
+    ([3.00, 3.05, 3.10], [3.10, 3.11, 3.12], "within noise"),      # 0.06 apart, twice the spread is 0.20
+    ([3.00, 3.01], [3.00, 3.03, 3.06], "within noise"),            # the larger spread counts
+])
+def test_the_stated_rule(arm, ref, word):
+    v = ablation().verdict(arm, ref)
+    assert v["loss"] == word
+    assert v["twice_larger_spread"] == pytest.approx(2 * max(max(arm) - min(arm), max(ref) - min(ref)))
+
+
+def test_a_removed_part_that_raises_the_loss_is_said_to_help():
+    a = ablation()
+    seeds = lambda xs: {str(i): {"final_nats_per_token": x, "final_bits_per_byte": x} for i, x in enumerate(xs)}
+    result = {"arms": {"llama-style": {"compared_with": "", "seeds": seeds([3.0, 3.01, 3.0])},
+                       "+gcla": {"compared_with": "llama-style", "seeds": seeds([2.9, 2.9, 2.91])},
+                       "wiola": {"compared_with": "", "seeds": seeds([2.8, 2.8, 2.81])},
+                       "wiola -gcla": {"compared_with": "wiola", "seeds": seeds([2.9, 2.91, 2.9])}}}
+    a.summarise(result)
+    assert result["arms"]["+gcla"]["verdict"]["part"] == "helps"
+    assert result["arms"]["wiola -gcla"]["verdict"]["part"] == "helps"
+    assert "verdict" not in result["arms"]["wiola"]
