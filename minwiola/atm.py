@@ -91,7 +91,7 @@ def merge_ratio(slot: torch.Tensor) -> float:
 
 def tau_for_ratio(rho: torch.Tensor, target: float, iterations: int = 40) -> float:
     """The threshold tau at which Algorithm 1 merges a share `target` of the tokens with similarities rho (B, T-1):
-    the largest tau with merge_ratio >= target, found by bisection on [-1, 1].
+    the largest tau with merge_ratio >= target (to within 2^-39), found by bisection on [-1, 1].
 
     Bisection works because mu never falls as tau falls: a position above tau stays above a lower tau, and a run
     of n positions above tau gives ceil(n / 2) pairs, which joining or growing runs never lowers. The paper fixes
