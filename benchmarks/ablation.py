@@ -124,7 +124,7 @@ def learned(folder: Path) -> dict:
     """What the parts learned, read from a run's best weights."""
     model, tokenizer = load_model(folder / "best")
     out = {}
-    phis = [float(b.attn.phi) for b in model.blocks if hasattr(b.attn, "phi")]
+    phis = [float(b.attn.phi.detach()) for b in model.blocks if hasattr(b.attn, "phi")]
     if phis:                                            # GCLA: beta = sigmoid(phi) (eq. 27), per layer
         out["gcla_beta"] = [1 / (1 + math.exp(-p)) for p in phis]
     if model.config.ffn == "dsff":                      # the gate alpha per dimension on held-out text
@@ -140,8 +140,8 @@ def learned(folder: Path) -> dict:
         out["dsff_alpha"] = alphas
     deltas = [m.delta for m in model.modules() if hasattr(m, "delta")]
     if deltas:                                          # WiolaRMSNorm's offsets, against the weights' scale
-        out["norm_delta_abs_mean"] = [float(d.abs().mean()) for d in deltas]
-        out["norm_gamma_abs_mean"] = [float(m.gamma.abs().mean()) for m in model.modules() if hasattr(m, "delta")]
+        out["norm_delta_abs_mean"] = [float(d.detach().abs().mean()) for d in deltas]
+        out["norm_gamma_abs_mean"] = [float(m.gamma.detach().abs().mean()) for m in model.modules() if hasattr(m, "delta")]
     return out
 
 
@@ -231,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-mu", type=float, default=0.11, help="ATM's merge ratio (the paper's 0.08-0.14)")
     parser.add_argument("--calibration-batches", type=int, default=20)
     parser.add_argument("--only", nargs="+", default=None, help="train only these arms (after stages 1-2)")
+    parser.add_argument("--reverse", action="store_true",
+                        help="take the arms last first (a second process can then work from the other end)")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "ablation"))
     parser.add_argument("--result", default=str(ROOT / "results" / "ablation.json"))
     parser.add_argument("--report", action="store_true", help="print the README table from --result; train nothing")
@@ -278,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     result["best_lr"] = {k: v for k, v in best_lr.items()}
 
     # 3. the arms
-    for name, (ref, parts) in arms().items():
+    order = list(arms().items())
+    for name, (ref, parts) in reversed(order) if args.reverse else order:
         if args.only and name not in args.only:
             continue
         lr = best_lr["wiola" if ref == "wiola" or name == "wiola" else BASE]
