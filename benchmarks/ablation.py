@@ -6,12 +6,14 @@ Every run is `llama-style` (463K parameters, d = 64, 4 layers, 4 heads) with som
 through config overrides, trained with `minwiola.train.Trainer` on the same data for the same number of steps
 (--steps of --batch-size windows of --block-size tokens, dropout 0), evaluated on the whole held-out split. Stages:
 
-1. Learning rates. `llama-style` and `wiola` (all five parts) at each of --lrs, seed 0. Each takes the rate of
+1. Learning rates. `llama-style` and `wiola` (all five parts) at each of --lrs (five peaks from the paper's
+   3e-4 to 3e-2, so that each optimum lies inside the range), seed 0. Each takes the rate of
    lowest final held-out loss; the one-part arms use llama-style's rate, the one-part-removed arms wiola's.
 2. ATM's threshold. tau is set so that the merging layer merges --target-mu of the tokens (mu of eq. 33) on the
    trained llama-style of stage 1: the input of that layer's attention on --calibration-batches training batches,
    bisected on tau. Every run then logs the mu it really had (metrics.jsonl, "atm_mu").
-3. The arms, --seeds each: llama-style, llama-style plus one part, wiola, wiola minus one part.
+3. The arms, --seeds each: llama-style, llama-style plus one part, wiola, wiola minus one part; and "+width",
+   llama-style with a wider SwiGLU holding GCLA's extra parameters (a control, not a Wiola part).
 
 A part's verdict compares the mean final held-out loss (nats/token) of two arms, seeds over seeds: "helps" when
 adding it lowers the mean by more than twice the larger seed spread (max - min) of the two, "hurts" when it raises
@@ -51,6 +53,9 @@ PARTS = {
     "dsff": {"ffn": "dsff", "d_ff_a": 44, "d_ff": 134},
     "gcla": {"gcla": "causal"},
     "atm": {"atm": "copy-forward"},                     # tau filled in by the calibration
+    # not a Wiola part: the control for GCLA's extra parameters. SwiGLU widened from 176 to 240 adds
+    # 4 layers x 3 x 64 x 64 = 49,152 parameters, GCLA adds 49,156: is a gain of GCLA a gain of size?
+    "width": {"d_ff": 240},
 }
 FIVE = ["norm", "srpe", "dsff", "gcla", "atm"]         # the full Wiola (SRPE as the paper sets it)
 
@@ -226,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--block-size", type=int, default=128)
     parser.add_argument("--eval-every", type=int, default=100)
-    parser.add_argument("--lrs", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3, 1e-2])
+    parser.add_argument("--lrs", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3, 1e-2, 3e-2])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--target-mu", type=float, default=0.11, help="ATM's merge ratio (the paper's 0.08-0.14)")
     parser.add_argument("--calibration-batches", type=int, default=20)

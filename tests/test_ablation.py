@@ -36,6 +36,9 @@ def test_dsff_arm_has_exactly_llama_styles_parameters_and_srpe_atm_add_none():
     base = count_params(preset("llama-style"))
     for part in ("dsff", "srpe", "srpe a_s=0", "atm"):
         assert count_params(preset("llama-style", **a.overrides([part], 0.5))) == base, part
+    gcla = count_params(preset("llama-style", **a.overrides(["gcla"], None))) - base
+    width = count_params(preset("llama-style", **a.overrides(["width"], None))) - base
+    assert abs(gcla - width) <= 4 and gcla == 49_156                  # the control holds GCLA's extra parameters
     full = preset("llama-style", **a.overrides(a.FIVE, 0.5))
     assert full.norm == "wiola" and full.positions == "srpe" and full.gcla == "causal" and full.atm_tau == 0.5
     assert full.dropout == 0.0 and preset("llama-style", **a.overrides(["srpe a_s=0"], None)).srpe_a == 0.0

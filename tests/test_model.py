@@ -253,3 +253,14 @@ def test_sample_stories_draws_a_batch_and_its_first_row_is_generate():
     assert len(set(stories)) > 1                            # the rows draw their own tokens
     assert sample_stories(model, tok, "Once upon a time", 1, 12, seed=3)[0] == generate(
         model, tok, "Once upon a time", 12, seed=3)
+
+
+def test_the_shipped_story_model_writes_a_story_without_a_folder(capsys):
+    """A fresh clone can write with a trained model at once (lesson 11): `python -m minwiola.generate`."""
+    from minwiola.budget import count_params
+    from minwiola.generate import STORY_MODEL, load_model, main
+    model, tokenizer = load_model(STORY_MODEL)                  # checked against its SHA256SUMS
+    assert count_params(model.config) <= 600_000 and tokenizer.vocab_size <= model.config.vocab_size
+    assert main(["--tokens", "30"]) == 0
+    story = capsys.readouterr().out
+    assert story.startswith("Once upon a time") and len(story.split()) > 8

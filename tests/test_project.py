@@ -96,22 +96,41 @@ def test_readme_benchmark_numbers_come_from_results():
 
 
 def train_runs():
-    """benchmarks/train_runs.py as a module (benchmarks/ is not a package: its scripts find common.py beside them,
-    as Python does for a script it runs)."""
+    return benchmark("train_runs")
+
+
+def benchmark(name: str):
+    """benchmarks/NAME.py as a module."""
     import importlib.util
     import sys
     if str(ROOT / "benchmarks") not in sys.path:
         sys.path.append(str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("train_runs", ROOT / "benchmarks" / "train_runs.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_readme_training_table_comes_from_results():
-    result = json.loads((ROOT / "results" / "train_runs.json").read_text())
-    assert train_runs().table(result) in README                # the table `--report` prints, verbatim
-    assert result["command"] in README and all(len(r["seeds"]) >= 3 for r in result["presets"].values())
+def test_readme_ablation_table_comes_from_results():
+    result = json.loads((ROOT / "results" / "ablation.json").read_text())
+    assert benchmark("ablation").table(result) in README           # the table `--report` prints, verbatim
+    assert result["command"] in README and result["data"].startswith("TinyStories sample")
+    assert len(result["arms"]) == 14 and all(len(a["seeds"]) >= 3 for a in result["arms"].values())
+    cal = result["atm_calibration"]
+    assert f"tau = {cal['tau']}" in README and f"{cal['mu_at_paper_tau_0.92']:.1%} of the tokens at 0.92" in README
+
+
+def test_readme_story_model_comes_from_results():
+    from minwiola.generate import STORY_MODEL
+    long = json.loads((ROOT / "results" / "quality_6000.json").read_text())
+    (run,) = long["presets"]["llama-style"]["seeds"].values()
+    assert long["command"] in README and f"{run['bits_per_byte']:.4f} bits per byte" in README
+    shipped = json.loads((STORY_MODEL / "eval.json").read_text())
+    assert shipped["bits_per_byte"] == run["bits_per_byte"]        # the shipped weights are that run's best
+    sq = json.loads((ROOT / "results" / "story_quality.json").read_text())
+    assert sq["command"] in README
+    for name, r in [*sq["settings"].items(), ("held-out stories", sq["reference"])]:
+        assert f"| {name} | {r['stories']} | {r['distinct_1']:.3f} | {r['distinct_2']:.3f} | {r['repetition_2']:.3f} |" in README
 
 
 def test_readme_longer_run_comes_from_results():
