@@ -228,3 +228,10 @@ def test_quick_mode_switch(monkeypatch):
         assert quick_mode() is expected
     monkeypatch.delenv("MINWIOLA_QUICK")
     assert quick_mode() is False
+
+
+def test_readme_names_the_hardware_of_the_training_results():
+    for name in ("ablation", "quality_6000"):
+        result = json.loads((ROOT / "results" / f"{name}.json").read_text())
+        block = README.split(f"`results/{name}.json`", 1)[1][:400]
+        assert result["hardware"] in block, f"README names other hardware than results/{name}.json"
