@@ -8,7 +8,7 @@ import torch
 from minwiola.generate import generate, load_model
 from minwiola.train import Trainer, read_metrics
 
-from test_train import small_data, tiny  # noqa: F401 (the fixture and the tiny config)
+from test_train import killed_and_resumed, small_data, tiny  # noqa: F401 (the fixture, helpers)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -20,12 +20,7 @@ def test_cuda_trains_resumes_and_writes(small_data, tmp_path, compile):  # noqa:
     assert next(whole.model.parameters()).device.type == "cuda"
     last = whole.run()
     assert math.isfinite(last["nats_per_token"]) and last["nats_per_token"] < math.log(4096)
-    part = Trainer(cfg, tmp_path / "part", progress=False, quiet=True)
-    part.finished = lambda: part.step >= 6                      # stop after the first checkpoint, as if killed
-    part.run()
-    resumed = Trainer(cfg, tmp_path / "part", resume=True, progress=False, quiet=True)
-    assert resumed.step == 6
-    resumed.run()
+    resumed = killed_and_resumed(cfg, tmp_path / "part")
     steps = [r["step"] for r in read_metrics(tmp_path / "part") if "train_loss" in r]
     assert steps == list(range(1, 13))
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):

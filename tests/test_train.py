@@ -37,6 +37,17 @@ def tiny(**changes) -> TrainConfig:
     return TrainConfig(**settings)
 
 
+def killed_and_resumed(cfg: TrainConfig, out) -> Trainer:
+    """A run stopped after its first checkpoint (step 6), as if killed, then resumed to the end."""
+    part = Trainer(cfg, out, progress=False, quiet=True)
+    part.finished = lambda: part.step >= 6
+    part.run()
+    resumed = Trainer(cfg, out, resume=True, progress=False, quiet=True)
+    assert resumed.step == 6
+    resumed.run()
+    return resumed
+
+
 def test_learning_rate_follows_eq_43():
     assert learning_rate(0.0, 1.0, 0.05) == 0.0
     assert abs(learning_rate(0.025, 1.0, 0.05) - 0.5) < 1e-12                  # halfway through warmup
@@ -103,12 +114,7 @@ def test_resume_continues_the_exact_same_run(small_data, tmp_path):
     cfg = tiny(overrides={**tiny().overrides, "dropout": 0.1})      # dropout: the random state must resume too
     whole = Trainer(cfg, tmp_path / "whole", progress=False, quiet=True)
     whole.run()
-    part = Trainer(cfg, tmp_path / "part", progress=False, quiet=True)
-    part.finished = lambda: part.step >= 6                         # stop after the first checkpoint, as if killed
-    part.run()
-    resumed = Trainer(cfg, tmp_path / "part", resume=True, progress=False, quiet=True)
-    assert resumed.step == 6
-    resumed.run()
+    resumed = killed_and_resumed(cfg, tmp_path / "part")
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
     lines = (tmp_path / "part" / "metrics.jsonl").read_text().splitlines()
