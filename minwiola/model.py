@@ -71,6 +71,11 @@ def check_field_types(config, may_be_infinite: set[str] = frozenset()) -> None:
                              f"got {value!r}")
 
 
+# Fields added after models were shipped and runs saved; a config.json without them means their default, which is
+# what those models were built with.
+ADDED_LATER = {"norm_eps"}
+
+
 @dataclass
 class ModelConfig:
     """Every architectural choice of the model. Names follow the paper: d, L (n_layers), H, H_kv, V, T."""
@@ -87,6 +92,7 @@ class ModelConfig:
     ffn: str = "swiglu"             # "gelu", "relu", "silu" (an MLP), "swiglu" or "dsff"
     norm: str = "rmsnorm"           # "layernorm", "rmsnorm" or "wiola" (WiolaRMSNorm)
     norm_position: str = "pre"      # "pre" (norm inside the residual branch) or "post" (after the residual add)
+    norm_eps: float | None = None   # eps inside every norm's root; None: 1e-5 for LayerNorm, 1e-6 for the RMS norms
     positions: str = "rope"         # "rope", "srpe", "learned", "sinusoidal" or "none"
     srpe_k: float = 8.0             # SRPE k_s (eq. 12); math.inf switches the secondary winding off
     srpe_a: float = 0.05            # SRPE a_s (eq. 14), in [0, 1)
@@ -126,6 +132,8 @@ class ModelConfig:
             raise ValueError(f"rope_theta must be > 0, got {self.rope_theta}")
         if not self.init_std > 0:
             raise ValueError(f"init_std must be > 0, got {self.init_std}")
+        if self.norm_eps is not None and not self.norm_eps > 0:
+            raise ValueError(f"norm_eps must be > 0 (or None for each norm's default), got {self.norm_eps}")
         check_srpe(self.srpe_k, self.srpe_a, self.srpe_f)
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
@@ -241,9 +249,9 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, merges: bool = False):
         super().__init__()
         self.pre = cfg.norm_position == "pre"
-        self.norm1 = make_norm(cfg.norm, cfg.d)
+        self.norm1 = make_norm(cfg.norm, cfg.d, cfg.norm_eps)
         self.attn = make_mixer(cfg)
-        self.norm2 = make_norm(cfg.norm, cfg.d)
+        self.norm2 = make_norm(cfg.norm, cfg.d, cfg.norm_eps)
         self.ffn = make_ffn(cfg.ffn, cfg.d, cfg.hidden, cfg.ffn_bias, cfg.d_ff_a)
         self.drop = nn.Dropout(cfg.dropout)
         self.merge_kind = cfg.atm if merges else None
@@ -284,7 +292,7 @@ class LanguageModel(nn.Module):
         merging = atm.atm_layers(cfg.n_layers) if cfg.atm != "off" else range(0)
         self.blocks = nn.ModuleList(Block(cfg, merges=i in merging) for i in range(cfg.n_layers))
         # post-norm blocks end in a norm already; pre-norm ones need a final norm before the head
-        self.norm = make_norm(cfg.norm, cfg.d) if cfg.norm_position == "pre" else nn.Identity()
+        self.norm = make_norm(cfg.norm, cfg.d, cfg.norm_eps) if cfg.norm_position == "pre" else nn.Identity()
         self.head = None if cfg.tie_head else nn.Linear(cfg.d, cfg.vocab_size, bias=False)
         self.activation_checkpointing = False   # recompute each block's activations in backward (saves memory)
         self.apply(self._init)
@@ -402,7 +410,7 @@ class LanguageModel(nn.Module):
         if not isinstance(fields, dict):
             raise ValueError(f"{directory / 'config.json'} holds a {type(fields).__name__}, not a model config")
         known = {f.name for f in dataclasses.fields(ModelConfig)}
-        if set(fields) != known:
+        if set(fields) != known and not set(fields) <= known <= set(fields) | ADDED_LATER:
             raise ValueError(f"{directory / 'config.json'} has unknown field(s) {sorted(set(fields) - known)} and "
                              f"lacks {sorted(known - set(fields))}: was it written by another version?")
         try:

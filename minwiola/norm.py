@@ -109,13 +109,15 @@ def paper_eq10_delta_grad(x: torch.Tensor, gamma: torch.Tensor, delta: torch.Ten
     return per_token.reshape(-1, d).sum(0)
 
 
-def make_norm(kind: str, d: int) -> nn.Module:
-    """The norm named by `kind` ("layernorm", "rmsnorm" or "wiola") for width d, with each class's default eps
-    (1e-5 for LayerNorm, as torch; 1e-6 for the RMS norms) and LayerNorm's bias."""
+def make_norm(kind: str, d: int, eps: float | None = None) -> nn.Module:
+    """The norm named by `kind` ("layernorm", "rmsnorm" or "wiola") for width d. eps=None keeps each class's
+    default (1e-5 for LayerNorm, as torch; 1e-6 for the RMS norms, as the Wiola and LLaMA code); CS336 and
+    many references use 1e-5 for RMSNorm too (`ModelConfig.norm_eps`)."""
+    options = {} if eps is None else {"eps": eps}
     if kind == "layernorm":
-        return LayerNorm(d)
+        return LayerNorm(d, **options)
     if kind == "rmsnorm":
-        return RMSNorm(d)
+        return RMSNorm(d, **options)
     if kind == "wiola":
-        return WiolaRMSNorm(d)
+        return WiolaRMSNorm(d, **options)
     raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")

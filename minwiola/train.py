@@ -61,6 +61,7 @@ class TrainConfig:
     grad_accum: int = 1                   # micro-batches per optimizer step
     lr: float = 3e-3
     warmup: float = 0.05                  # fraction of the run spent warming up (eq. 43)
+    min_lr: float = 0.0                   # the floor the cosine decays to (eq. 43: 0; CS336 keeps a floor)
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
@@ -90,6 +91,8 @@ class TrainConfig:
             raise ValueError(f"warmup is a fraction of the run in [0, 1), got {self.warmup}")
         if not self.lr > 0 or not self.clip > 0 or self.weight_decay < 0:
             raise ValueError("lr and clip must be > 0 and weight_decay >= 0")
+        if not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"min_lr must be in [0, lr], got {self.min_lr} with lr {self.lr}")
         if not (len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas)) or not self.eps > 0:
             raise ValueError(f"betas must be two numbers in [0, 1) and eps > 0, got {self.betas}, {self.eps}")
         if not isinstance(self.overrides, dict):
@@ -130,13 +133,13 @@ def pick_device(name: str = "auto") -> torch.device:
     return torch.device("cpu")
 
 
-def learning_rate(progress: float, peak: float, warmup: float) -> float:
+def learning_rate(progress: float, peak: float, warmup: float, floor: float = 0.0) -> float:
     """Eq. 43 with progress p = step / total in [0, 1]: peak * p / warmup during warmup, then a cosine from peak
-    down to 0 at p = 1."""
+    down to `floor` at p = 1 (eq. 43 has floor 0; CS336's schedule keeps a minimum rate)."""
     if progress < warmup:
         return peak * progress / warmup
     decay = (progress - warmup) / (1 - warmup)
-    return 0.5 * peak * (1 + math.cos(math.pi * min(decay, 1.0)))
+    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(decay, 1.0)))
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -293,7 +296,7 @@ class Trainer:
 
     def train_step(self) -> float:
         cfg = self.cfg
-        lr = learning_rate(self.progress_fraction(), cfg.lr, cfg.warmup)
+        lr = learning_rate(self.progress_fraction(), cfg.lr, cfg.warmup, cfg.min_lr)
         for group in self.opt.param_groups:
             group["lr"] = lr
         self.model.train()

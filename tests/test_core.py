@@ -35,6 +35,19 @@ def test_norms_match_torch():
     assert make_norm("rmsnorm", 16).eps == make_norm("wiola", 16).eps == 1e-6
 
 
+def test_norm_eps_is_a_config_field_that_reaches_every_norm():
+    from minwiola.model import LanguageModel, ModelConfig, preset
+    for kind in ("layernorm", "rmsnorm", "wiola"):
+        model = LanguageModel(preset("tiny-llama", norm=kind, norm_eps=1e-5))     # CS336's RMSNorm eps
+        norms = [m for m in model.modules() if hasattr(m, "eps") and m.__class__.__name__.endswith("Norm")]
+        assert len(norms) == 2 * model.config.n_layers + 1 and all(m.eps == 1e-5 for m in norms)
+    # eps only matters where mean(x^2) is tiny: RMSNorm of a small vector differs between 1e-6 and 1e-5
+    x = torch.full((16,), 1e-3)
+    assert abs(RMSNorm(16, 1e-6)(x)[0].item() - RMSNorm(16, 1e-5)(x)[0].item()) > 0.3   # 0.71 against 0.30
+    with pytest.raises(ValueError, match="norm_eps must be > 0"):
+        ModelConfig(norm_eps=0.0)
+
+
 def test_layernorm_ignores_a_shift_rmsnorm_does_not():
     x = torch.randn(4, 16)
     assert torch.allclose(LayerNorm(16)(x + 5.0), LayerNorm(16)(x), atol=1e-6)

@@ -286,6 +286,13 @@ def test_from_pretrained_checks_what_it_reads(tmp_path):
             LanguageModel.from_pretrained(folder)
     (folder / "config.json").write_text(json.dumps(config))
     LanguageModel.from_pretrained(folder)
+    older = {k: v for k, v in config.items() if k != "norm_eps"}          # written before norm_eps existed
+    (folder / "config.json").write_text(json.dumps(older))
+    assert LanguageModel.from_pretrained(folder).config.norm_eps is None
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "d"}))
+    with pytest.raises(ValueError, match=r"lacks \['d'\]"):
+        LanguageModel.from_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps(config))
     for how in ("truncate", "empty"):
         damage(folder / "model.safetensors", how)
         with pytest.raises(ValueError, match="model.safetensors cannot be read"):

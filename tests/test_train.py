@@ -56,6 +56,16 @@ def test_learning_rate_follows_eq_43():
     assert learning_rate(1.0, 1.0, 0.05) < 1e-12                               # zero at the end
 
 
+def test_a_minimum_rate_is_the_floor_of_the_cosine_as_in_cs336():
+    assert learning_rate(0.05, 1.0, 0.05, 0.1) == 1.0                          # the peak is unchanged
+    assert abs(learning_rate(1.0, 1.0, 0.05, 0.1) - 0.1) < 1e-12               # the floor at the end
+    assert abs(learning_rate(0.525, 1.0, 0.05, 0.1) - 0.55) < 1e-12            # halfway: the mean of peak and floor
+    assert learning_rate(0.01, 1.0, 0.05, 0.1) == learning_rate(0.01, 1.0, 0.05)   # warm-up from 0 either way
+    for bad in (-1e-4, 2.0):
+        with pytest.raises(ValueError, match="min_lr must be in"):
+            TrainConfig(lr=1.0, min_lr=bad)
+
+
 def test_weight_decay_skips_norms_offsets_biases_and_phi():
     model = LanguageModel(preset("wiola-tiny", attn_bias=True))
     decay, rest = parameter_groups(model, 0.1)
