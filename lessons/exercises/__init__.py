@@ -1,1 +1,37 @@
-"""Self-checks of the lessons' exercises: lessonNN.py holds check_N(fn) and EXERCISES; solutions/ the answers."""
+"""Self-checks of the lessons' exercises: lessonNN.py holds check_N(fn) and EXERCISES; solutions/ the answers.
+
+Every check follows one contract (tests/test_exercises.py runs each three ways): it first calls the learner's
+function on a small case; None there means the stub is untouched, and the check prints only
+"Exercise N: not attempted yet". Otherwise it compares against the library and raises AssertionError with a
+message saying what is wrong (which input, what came back, what was expected), or prints "Exercise N: correct".
+"""
+
+
+def attempted(value, n: int) -> bool:
+    """False (and say so) while the learner's function still returns None."""
+    if value is None:
+        print(f"Exercise {n}: not attempted yet")
+        return False
+    return True
+
+
+def close(got, want, what: str, tol: float = 1e-9) -> None:
+    """Assert that the number `got` is `want` to a relative tolerance, naming `what` when it is not."""
+    try:
+        got = float(got)                                  # a numpy or one-element torch number is fine too
+    except (TypeError, ValueError):
+        raise AssertionError(f"{what}: expected a number, got {got!r}") from None
+    assert abs(got - want) <= tol * max(1.0, abs(want)), f"{what}: got {got!r}, expected {want!r}"
+
+
+def same_tensor(got, want, what: str, atol: float = 1e-6) -> None:
+    """Assert that `got` is a tensor of `want`'s shape and values; on failure name the first entry that differs."""
+    import torch
+    if not isinstance(got, torch.Tensor):
+        raise AssertionError(f"{what}: expected a tensor, got {type(got).__name__}")
+    assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    bad = ~torch.isclose(got.to(want.dtype), want, atol=atol, rtol=0)
+    if bad.any():
+        where = tuple(int(i) for i in bad.nonzero()[0])
+        raise AssertionError(f"{what}: at index {where} got {got[where].item():.6g}, expected "
+                             f"{want[where].item():.6g} ({int(bad.sum())} of {want.numel()} entries differ)")

@@ -5,24 +5,10 @@ import math
 
 import torch
 
+from exercises import attempted, close
 from minwiola import atm
 from minwiola.generate import story_statistics
 from minwiola.train import learning_rate
-
-
-def attempted(value, n: int) -> bool:
-    if value is None:
-        print(f"Exercise {n}: not attempted yet")
-        return False
-    return True
-
-
-def close(got, want, what: str, tol: float = 1e-9) -> None:
-    try:
-        got = float(got)                                  # a numpy or one-element torch number is fine too
-    except (TypeError, ValueError):
-        raise AssertionError(f"{what}: expected a number, got {got!r}") from None
-    assert abs(got - want) <= tol * max(1.0, abs(want)), f"{what}: got {got!r}, expected {want!r}"
 
 
 def check_1(bits_per_byte) -> None:
