@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .positions import rope_coefficients, rotate, srpe_coefficients
+from .positions import check_srpe, rope_coefficients, rotate, srpe_coefficients
 
 IMPLS = ("explicit", "fused", "tiled")
 QKV = ("separate", "unified")
@@ -175,12 +175,14 @@ class MultiHeadAttention(nn.Module):
       value; d_h = d / (3H); W_O maps the d/3 value band back to d. Needs H_kv = H.
     positions="rope" rotates queries and keys by their absolute positions (RoPE); positions="srpe" uses Wiola's
       spiral coefficients instead (eqs. 11-18, `srpe` = (k_s, a_s, f_s)); "none" adds no position here. Cached
-      keys keep the positions they were computed at.
+      keys keep the positions they were computed at. srpe_radius="offset" gives keys their own coefficients
+      (positions.py: queries scaled by rho^(p - c), keys by rho^-(p' - c)), so the score depends on p - p' only.
     """
 
     def __init__(self, d: int, n_heads: int, n_kv_heads: int | None = None, qkv: str = "separate",
                  positions: str = "rope", bias: bool = False, max_len: int = 2048, rope_theta: float = 10000.0,
-                 impl: str = "fused", srpe: tuple[float, float, float] = (8.0, 0.05, 1 / 16)):
+                 impl: str = "fused", srpe: tuple[float, float, float] = (8.0, 0.05, 1 / 16),
+                 srpe_radius: str = "paper"):
         super().__init__()
         if qkv not in QKV:
             raise ValueError(f"qkv must be one of {QKV}, got {qkv!r}")
@@ -202,6 +204,10 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(H * self.d_h, d, bias=bias)
         self.H, self.H_kv, self.mode, self.impl, self.rope = H, H_kv, qkv, impl, rope
         self.rotary, self.rope_theta, self.srpe, self.max_len = positions, rope_theta, srpe, max_len
+        if positions == "srpe":
+            check_srpe(*srpe, srpe_radius, max_len)            # a clear error before any table is built
+        self.srpe_radius = srpe_radius
+        self.keys_differ = positions == "srpe" and srpe_radius == "offset"   # keys take the inverse radius
         if rope:
             # (max_len, d_h/2) tables, computed in float64 and stored, rounded once, in the default dtype like the
             # weights (float32 normally: no float64 buffer, which Apple's MPS cannot hold). Like any buffer they
@@ -209,11 +215,17 @@ class MultiHeadAttention(nn.Module):
             cos, sin = self.exact_coefficients(torch.arange(max_len))
             self.register_buffer("cos", cos.to(torch.get_default_dtype()), persistent=False)
             self.register_buffer("sin", sin.to(torch.get_default_dtype()), persistent=False)
+            if self.keys_differ:                                 # the keys' tables (srpe_radius="offset")
+                cos, sin = self.exact_coefficients(torch.arange(max_len), "key")
+                self.register_buffer("key_cos", cos.to(torch.get_default_dtype()), persistent=False)
+                self.register_buffer("key_sin", sin.to(torch.get_default_dtype()), persistent=False)
 
-    def exact_coefficients(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin for positions p (1-D), each (len(p), d_h/2), computed afresh in float64 (positions.py)."""
-        if self.rotary == "srpe":
-            return srpe_coefficients(p, self.d_h, self.rope_theta, *self.srpe)   # c, s of eqs. 15-16
+    def exact_coefficients(self, p: torch.Tensor, side: str = "query") -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin for positions p (1-D), each (len(p), d_h/2), computed afresh in float64 (positions.py), for
+        the queries or the keys (`side`; the same unless srpe_radius="offset")."""
+        if self.rotary == "srpe":                                # c, s of eqs. 15-16
+            return srpe_coefficients(p, self.d_h, self.rope_theta, *self.srpe, radius=self.srpe_radius, side=side,
+                                     centre=(self.max_len - 1) / 2)
         return rope_coefficients(p, self.d_h, self.rope_theta)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -226,25 +238,28 @@ class MultiHeadAttention(nn.Module):
         heads = lambda t, n: t.view(B, T, n, self.d_h).transpose(1, 2)  # noqa: E731
         return heads(q, self.H), heads(k, self.H_kv), heads(v, self.H_kv)
 
-    def coefficients(self, start: int, T: int, positions: torch.Tensor | None = None):
+    def coefficients(self, start: int, T: int, positions: torch.Tensor | None = None, side: str = "query"):
         """cos, sin for positions start .. start + T - 1, (T, d_h/2); or, when `positions` (B, T) is given (ATM's
-        merged tokens keep their original positions), for those positions, (B, 1, T, d_h/2)."""
+        merged tokens keep their original positions), for those positions, (B, 1, T, d_h/2). For the queries,
+        or the keys (side="key")."""
         if positions is not None:
             if positions.numel() and positions.max() >= self.max_len:
                 raise ValueError(f"positions up to {int(positions.max()) + 1} exceed max_len={self.max_len}")
-            cos, sin = self.rows(positions.reshape(-1))
+            cos, sin = self.rows(positions.reshape(-1), side)
             shape = (positions.shape[0], 1, positions.shape[1], self.d_h // 2)
             return cos.view(shape), sin.view(shape)
         if start + T > self.max_len:
             raise ValueError(f"positions up to {start + T} exceed max_len={self.max_len}")
-        return self.rows(torch.arange(start, start + T, device=self.cos.device))
+        return self.rows(torch.arange(start, start + T, device=self.cos.device), side)
 
-    def rows(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def rows(self, p: torch.Tensor, side: str = "query") -> tuple[torch.Tensor, torch.Tensor]:
         """The tables' rows for positions p (1-D). A module converted to float64 (tests, gradient checks) holds
         float32 tables upcast, right to only about 7 digits; there the rows are computed afresh in float64
         instead, which is exact and cheap (len(p) x d_h/2 numbers). Every other dtype reads its table."""
         if self.cos.dtype == torch.float64:
-            return self.exact_coefficients(p)
+            return self.exact_coefficients(p, side)
+        if side == "key" and self.keys_differ:
+            return self.key_cos[p], self.key_sin[p]
         return self.cos[p], self.sin[p]
 
     def heads(self, x: torch.Tensor, cache: KVCache | None = None, positions: torch.Tensor | None = None
@@ -260,8 +275,12 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.project(x)
         q_plain = q
         if self.rope:
-            cos, sin = self.coefficients(cache.length if cache is not None else 0, T, positions)
-            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+            start = cache.length if cache is not None else 0
+            cos, sin = self.coefficients(start, T, positions)
+            q = rotate(q, cos, sin)
+            if self.keys_differ:                                 # srpe_radius="offset": the inverse radius
+                cos, sin = self.coefficients(start, T, positions, side="key")
+            k = rotate(k, cos, sin)
         if cache is not None:
             k, v = cache.append(k, v)
         if self.H_kv != self.H:                       # GQA / MQA: each key/value head serves a group of queries

@@ -73,7 +73,7 @@ def check_field_types(config, may_be_infinite: set[str] = frozenset()) -> None:
 
 # Fields added after models were shipped and runs saved; a config.json without them means their default, which is
 # what those models were built with.
-ADDED_LATER = {"norm_eps"}
+ADDED_LATER = {"srpe_radius", "norm_eps"}
 
 
 @dataclass
@@ -97,6 +97,8 @@ class ModelConfig:
     srpe_k: float = 8.0             # SRPE k_s (eq. 12); math.inf switches the secondary winding off
     srpe_a: float = 0.05            # SRPE a_s (eq. 14), in [0, 1)
     srpe_f: float = 1 / 16          # SRPE f_s (eq. 14)
+    srpe_radius: str = "paper"      # SRPE radius: "paper" (eq. 14, depends on absolute position) or "offset" (a
+                                    # log spiral, rho^(p - p') in the score: relative; lesson 06)
     qkv: str = "separate"           # "separate" Q, K, V projections, or Yocto's "unified" one
     attn_bias: bool = False         # biases in the attention projections
     ffn_bias: bool = False          # biases in the feed-forward layers
@@ -134,7 +136,8 @@ class ModelConfig:
             raise ValueError(f"init_std must be > 0, got {self.init_std}")
         if self.norm_eps is not None and not self.norm_eps > 0:
             raise ValueError(f"norm_eps must be > 0 (or None for each norm's default), got {self.norm_eps}")
-        check_srpe(self.srpe_k, self.srpe_a, self.srpe_f)
+        check_srpe(self.srpe_k, self.srpe_a, self.srpe_f, self.srpe_radius,
+                   self.context if self.positions == "srpe" else None)   # "offset": radii bounded over the context
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         head_shape(self.d, self.n_heads, self.n_kv_heads, self.qkv)         # the heads' divisibility rules
@@ -233,7 +236,7 @@ def make_mixer(cfg: ModelConfig) -> nn.Module:
     `(x, *, context, cache, positions)` and makes its own decoding state with `new_cache(max_len)`."""
     rotary = cfg.positions if cfg.positions in ("rope", "srpe") else "none"
     options = dict(positions=rotary, bias=cfg.attn_bias, max_len=cfg.context, rope_theta=cfg.rope_theta,
-                   impl=cfg.attention, srpe=(cfg.srpe_k, cfg.srpe_a, cfg.srpe_f))
+                   impl=cfg.attention, srpe=(cfg.srpe_k, cfg.srpe_a, cfg.srpe_f), srpe_radius=cfg.srpe_radius)
     if cfg.gcla != "off":
         return GCLA(cfg.d, cfg.n_heads, cfg.H_kv, cfg.gcla_query, cfg.gcla_phi, **options)
     return MultiHeadAttention(cfg.d, cfg.n_heads, cfg.H_kv, cfg.qkv, **options)

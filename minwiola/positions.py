@@ -21,12 +21,26 @@ Shapes: T tokens, model width d, head width d_h (the width of one attention head
   So SRPE is RoPE with every frequency scaled by (1 + 1/k_s), times a per-pair radius. With a_s = 0 and the
   secondary winding off (k_s = inf, i.e. 1/k_s = 0) it is RoPE exactly. a_s must be below 1, or the radius
   reaches zero (the pair is erased) or turns negative (the pair is flipped).
+
+  Eq. 14's radius multiplies the query at p and the key at p', so the score carries r_j(p) r_j(p'): it moves with
+  absolute position, and SRPE's score is not relative (lesson 06). radius="offset" is the fix: a logarithmic
+  spiral (as in xPos) whose radius the query and the key take with opposite signs,
+
+      ln rho_j = -a_s f_s w_j                   (the rate of eq. 14's radius at p = 0, a_s f_s w_j, as a decay)
+      query at p:  rho_j^(p - c),    key at p':  rho_j^-(p' - c)
+
+  so the score carries rho_j^(p - p'), which depends only on the offset (a decay with distance, fastest for the
+  fast pairs; c cancels). c, the centre of the context, keeps the exponents within +-a_s f_s (context - 1) / 2;
+  above MAX_EXPONENT it is refused. With a_s = 0 or f_s = 0 both radii are 1: RoPE with stretched frequencies.
 """
 from __future__ import annotations
 
 import torch
 
 POSITIONS = ("learned", "sinusoidal", "rope", "srpe", "none")
+RADII = ("paper", "offset")     # SRPE's radius: eq. 14 (absolute), or rho^(p - c) / rho^-(p' - c) (relative)
+SIDES = ("query", "key")        # which side of the score a coefficient table is for (they differ under "offset")
+MAX_EXPONENT = 20.0             # "offset": the largest |ln radius| allowed, e^20 ~ 5e8 (float32 and bf16 hold it)
 
 
 def sinusoidal(T: int, d: int, base: float = 10000.0, dtype=torch.float32) -> torch.Tensor:
@@ -53,24 +67,49 @@ def rope_coefficients(p: torch.Tensor, d_h: int, theta0: float = 10000.0) -> tup
     return torch.cos(angles), torch.sin(angles)
 
 
-def check_srpe(k_s: float, a_s: float, f_s: float) -> None:
-    """Raise ValueError unless k_s > 0 (inf switches the secondary winding off), 0 <= a_s < 1 and f_s >= 0."""
+def check_srpe(k_s: float, a_s: float, f_s: float, radius: str = "paper", context: int | None = None) -> None:
+    """Raise ValueError unless k_s > 0 (inf switches the secondary winding off), 0 <= a_s < 1, f_s >= 0 and
+    radius is one of RADII; with radius="offset" and a `context`, unless the exponents stay within MAX_EXPONENT."""
     if not k_s > 0:
         raise ValueError(f"srpe k_s must be > 0 (inf turns the secondary winding off), got {k_s}")
     if not 0 <= a_s < 1:
         raise ValueError(f"srpe a_s must be in [0, 1): at a_s >= 1 the radius 1 + a_s sin(.) reaches 0, got {a_s}")
     if not f_s >= 0:
         raise ValueError(f"srpe f_s must be >= 0, got {f_s}")
+    if radius not in RADII:
+        raise ValueError(f"srpe radius must be one of {RADII} (eq. 14, or the offset-only fix), got {radius!r}")
+    if radius == "offset" and context is not None:
+        top = a_s * f_s * (context - 1) / 2          # the fastest pair (w_0 = 1) at the ends of the context
+        if top > MAX_EXPONENT:
+            raise ValueError(f"srpe radius 'offset' over a context of {context} needs radii up to "
+                             f"e^(a_s f_s (context - 1) / 2) = e^{top:.1f}, beyond e^{MAX_EXPONENT:g}: "
+                             f"lower a_s ({a_s}), f_s ({f_s}) or the context")
 
 
 def srpe_coefficients(p: torch.Tensor, d_h: int, theta0: float = 10000.0, k_s: float = 8.0, a_s: float = 0.05,
-                      f_s: float = 1 / 16) -> tuple[torch.Tensor, torch.Tensor]:
-    """(c, s) of Wiola eqs. 15-16 for positions p (1-D): each (len(p), d_h // 2), float64."""
-    check_srpe(k_s, a_s, f_s)
+                      f_s: float = 1 / 16, radius: str = "paper", side: str = "query", centre: float = 0.0
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(c, s) of Wiola eqs. 15-16 for positions p (1-D): each (len(p), d_h // 2), float64.
+
+    radius="paper" is eq. 14, the same for queries and keys. radius="offset" is the relative fix: the radius is
+    rho_j^(p - centre) for side="query" and rho_j^-(p - centre) for side="key", ln rho_j = -a_s f_s w_j, so a
+    query at p and a key at p' carry rho_j^(p - p') together; |ln radius| above MAX_EXPONENT is refused."""
+    check_srpe(k_s, a_s, f_s, radius)
+    if side not in SIDES:
+        raise ValueError(f"srpe side must be one of {SIDES}, got {side!r}")
     w = rope_frequencies(d_h, theta0, p.device)                     # eq. 11
     p = p.to(torch.float64)[:, None]
     theta = p * w * (1 + 1 / k_s)                                   # eqs. 12-13 (1 / inf = 0)
-    r = 1 + a_s * torch.sin(p * f_s * w)                            # eq. 14
+    if radius == "paper":
+        r = 1 + a_s * torch.sin(p * f_s * w)                        # eq. 14
+    else:
+        log_r = -a_s * f_s * w * (p - centre)                       # ln rho_j^(p - c)
+        log_r = log_r if side == "query" else -log_r                # the key's radius is the inverse
+        if log_r.numel() and log_r.abs().max() > MAX_EXPONENT:
+            raise ValueError(f"srpe radius 'offset': |ln radius| reaches {log_r.abs().max():.1f} > {MAX_EXPONENT:g} "
+                             f"at positions {int(p.min())}..{int(p.max())} around the centre {centre:g}: lower "
+                             f"a_s ({a_s}) or f_s ({f_s}), or centre the positions")
+        r = torch.exp(log_r)
     return r * torch.cos(theta), r * torch.sin(theta)               # eqs. 15-16
 
 

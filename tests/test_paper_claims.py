@@ -20,6 +20,7 @@ GCLA and ATM are shown to fail it.
 | eq. 10 as printed holds only at gamma = 1 | test_wiola_parts.py::test_paper_eq10_is_right_only_when_gamma_is_one |
 | SRPE with a_s = 0 and 1/k_s = 0 is RoPE | test_wiola_parts.py::test_srpe_shapes_and_rope_limit |
 | SRPE is RoPE with scaled frequencies times a radius | test_wiola_parts.py::test_srpe_is_scaled_rope_times_a_radius |
+| SRPE's score is relative (eq. 19): only with srpe_radius="offset" | test_wiola_parts.py::test_offset_radius_keeps_the_score_relative_and_the_paper_radius_does_not |
 | GCLA's blend starts at beta = sigmoid(-3) | test_gcla_atm.py::test_gcla_parameters_and_initial_blend |
 | GCLA with beta = 0 is gated self-attention | test_gcla_atm.py::test_gcla_equals_gated_self_attention_when_beta_is_zero |
 | GCLA does not leak the future (causal summaries) | test_gcla_atm.py::test_literal_summary_leaks_the_last_token_and_causal_does_not |

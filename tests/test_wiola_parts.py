@@ -7,7 +7,8 @@ import torch
 from minwiola.ffn import DSFF
 from minwiola.model import LanguageModel, ModelConfig, preset
 from minwiola.norm import RMSNorm, WiolaRMSNorm, WiolaRMSNormFunction, paper_eq10_delta_grad
-from minwiola.positions import rope_coefficients, rotate, srpe_coefficients, srpe_helix
+from minwiola.attention import MultiHeadAttention
+from minwiola.positions import MAX_EXPONENT, rope_coefficients, rotate, srpe_coefficients, srpe_helix
 
 
 pytestmark = pytest.mark.usefixtures("float64")   # every test here runs in float64 (tests/conftest.py)
@@ -135,6 +136,113 @@ def test_srpe_settings_are_validated():
             srpe_coefficients(torch.arange(3), 8, **kwargs)
     with pytest.raises(ValueError, match="a_s must be in"):
         ModelConfig(positions="srpe", srpe_a=1.5)
+
+
+def pair_scores(q, k, pq, pk, **srpe):
+    """The score of query q at positions pq against key k at positions pk (1-D tensors of equal length)."""
+    cq, sq = srpe_coefficients(pq, len(q), side="query", **srpe)
+    ck, sk = srpe_coefficients(pk, len(k), side="key", **srpe)
+    return (rotate(q.expand(len(pq), -1), cq, sq) * rotate(k.expand(len(pk), -1), ck, sk)).sum(-1)
+
+
+@pytest.mark.parametrize("a_s,f_s,n", [(0.05, 1 / 16, 480), (0.3, 1.0, 90)])
+def test_offset_radius_keeps_the_score_relative_and_the_paper_radius_does_not(a_s, f_s, n):
+    d_h, start = 32, torch.arange(0, n)
+    q, k = torch.randn(d_h), torch.randn(d_h)
+    for offset in (0, 1, 7, 30):
+        scores = {radius: pair_scores(q, k, start + offset, start, a_s=a_s, f_s=f_s, radius=radius, centre=(n + 30) / 2)
+                  for radius in ("paper", "offset")}
+        assert (scores["offset"] - scores["offset"][0]).abs().max() < 1e-10      # the offset alone decides
+        if offset:
+            assert (scores["paper"] - scores["paper"][0]).abs().max() > 1e-3     # eq. 14: absolute position moves it
+        # and it is stretched RoPE's pair scores, each damped by rho_j^offset, ln rho_j = -a_s f_s w_j
+        w = 10000.0 ** (-2 * torch.arange(d_h // 2) / d_h)
+        rc, rs = rope_coefficients(torch.tensor([offset * (1 + 1 / 8)]), d_h)
+        h = d_h // 2
+        pairs = (q[:h] * k[:h] + q[h:] * k[h:]) * rc[0] + (q[:h] * k[h:] - q[h:] * k[:h]) * rs[0]
+        assert abs(scores["offset"][0] - (torch.exp(-a_s * f_s * w * offset) * pairs).sum()) < 1e-10
+
+
+@pytest.mark.parametrize("radius", ["paper", "offset"])
+def test_attention_output_under_shifted_positions_is_unchanged_only_with_the_offset_radius(radius):
+    layer = MultiHeadAttention(24, 3, positions="srpe", max_len=64, srpe=(8.0, 0.3, 1.0), srpe_radius=radius)
+    layer = layer.double()
+    x = torch.randn(2, 12, 24)
+    outs = [layer(x, positions=torch.arange(12).expand(2, 12) + shift) for shift in (0, 20, 50)]
+    moved = max((o - outs[0]).abs().max() for o in outs[1:])
+    assert (moved < 1e-10) if radius == "offset" else (moved > 1e-3)
+    assert torch.allclose(layer(x), outs[0], atol=1e-12, rtol=0)                  # positions 0..T-1 by default
+
+
+def test_offset_radius_model_is_causal_and_cached_decoding_equals_the_full_forward():
+    torch.manual_seed(0)                                                 # GCLA (its context path) and GQA too
+    model = LanguageModel(preset("wiola-tiny", srpe_radius="offset", srpe_a=0.3, srpe_f=1.0, init_std=0.3))
+    model = model.double().eval()
+    assert model.blocks[0].attn.keys_differ
+    x = torch.randint(0, 64, (2, 20))
+    y = x.clone()
+    y[:, -1] = (y[:, -1] + 1) % 64
+    with torch.no_grad():
+        full = model(x)
+        assert torch.equal(model(y)[:, :-1], full[:, :-1])
+        cache = model.new_cache()
+        steps = torch.cat([model(x[:, t:t + 1], cache) for t in range(20)], dim=1)
+        cache = model.new_cache()
+        chunks = torch.cat([model(x[:, :7], cache), model(x[:, 7:], cache)], dim=1)
+    assert (steps - full).abs().max() < 1e-10 and (chunks - full).abs().max() < 1e-10
+
+
+def test_offset_radius_tables_match_the_exact_coefficients_and_queries_differ_from_keys():
+    torch.set_default_dtype(torch.float32)                               # tables as a float32 model holds them
+    layer = MultiHeadAttention(24, 3, positions="srpe", max_len=512, srpe_radius="offset")
+    torch.set_default_dtype(torch.float64)
+    for side, (cos, sin) in [("query", (layer.cos, layer.sin)), ("key", (layer.key_cos, layer.key_sin))]:
+        c, s = srpe_coefficients(torch.arange(512), 8, radius="offset", side=side, centre=255.5)
+        assert torch.allclose(cos.double(), c, atol=1e-6) and torch.allclose(sin.double(), s, atol=1e-6)
+    assert not torch.allclose(layer.cos, layer.key_cos)
+    assert not hasattr(MultiHeadAttention(24, 3, positions="srpe", max_len=64), "key_cos")   # "paper": one table
+
+
+def test_offset_radius_with_a_s_zero_is_the_paper_form_and_rope():
+    p = torch.arange(300)
+    for side in ("query", "key"):
+        for kwargs in (dict(a_s=0.0), dict(a_s=0.3, f_s=0.0)):                   # rho_j = 1 either way
+            c, s = srpe_coefficients(p, 16, radius="offset", side=side, centre=100.0, **kwargs)
+            cp, sp = srpe_coefficients(p, 16, radius="paper", **{**kwargs, "a_s": 0.0})
+            assert torch.equal(c, cp) and torch.equal(s, sp)
+        c, s = srpe_coefficients(p, 16, k_s=math.inf, a_s=0.0, radius="offset", side=side)
+        rc, rs = rope_coefficients(p, 16)
+        assert torch.equal(c, rc) and torch.equal(s, rs)
+
+
+def test_srpe_radius_values_are_validated():
+    with pytest.raises(ValueError, match="srpe radius must be one of"):
+        ModelConfig(positions="srpe", srpe_radius="spiral")
+    with pytest.raises(ValueError, match="srpe radius must be one of"):
+        srpe_coefficients(torch.arange(3), 8, radius="log")
+    with pytest.raises(ValueError, match="srpe side must be one of"):
+        srpe_coefficients(torch.arange(3), 8, radius="offset", side="value")
+    with pytest.raises(ValueError, match=r"context of 4096 needs radii up to e\^\(a_s f_s"):
+        ModelConfig(positions="srpe", srpe_radius="offset", srpe_a=0.9, srpe_f=1.0, context=4096)
+    with pytest.raises(ValueError, match="context of 4096"):
+        MultiHeadAttention(24, 3, positions="srpe", max_len=4096, srpe=(8.0, 0.9, 1.0), srpe_radius="offset")
+    with pytest.raises(ValueError, match=r"\|ln radius\| reaches"):
+        srpe_coefficients(torch.tensor([0, 100]), 8, a_s=0.5, f_s=1.0, radius="offset", side="key")
+    top = MAX_EXPONENT / (0.05 / 16) * 2 + 1                             # the largest context the defaults allow
+    ModelConfig(positions="srpe", srpe_radius="offset", context=int(top))
+    ModelConfig(positions="rope", srpe_radius="offset", srpe_a=0.9, srpe_f=1.0, context=4096)   # SRPE unused
+
+
+def test_a_config_json_written_before_srpe_radius_loads_with_the_paper_radius(tmp_path):
+    import json
+    model = LanguageModel(preset("wiola-tiny")).eval()
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config.pop("srpe_radius") == "paper"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded = LanguageModel.from_pretrained(tmp_path).eval()
+    x = torch.randint(0, 64, (1, 10))
+    assert loaded.config.srpe_radius == "paper" and torch.equal(loaded(x), model(x))
 
 
 # ---------------------------------------------------------------------------------------------------- DSFF
