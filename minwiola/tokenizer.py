@@ -92,7 +92,7 @@ def _merge_word(word: tuple[int, ...], pair: tuple[int, int], new_id: int) -> tu
 
 
 def train_bpe(text: str, vocab_size: int, specials=DEFAULT_SPECIALS, pattern: str = PATTERN,
-              verbose: bool = False, stacklevel: int = 2) -> list[bytes]:
+              verbose: bool = False, stacklevel: int = 2, pieces: dict | None = None) -> list[bytes]:
     """Learn BPE merges on `text`; return the vocabulary as a list of byte strings (index = id). A warning (the
     text ran out of pairs) names the line `stacklevel` frames up: the caller's.
 
@@ -100,6 +100,9 @@ def train_bpe(text: str, vocab_size: int, specials=DEFAULT_SPECIALS, pattern: st
     adjacent pair is kept up to date incrementally: a merge only touches the words that contain the merged
     pair. The most frequent pair wins; ties go to the pair with the smaller ids, so training is deterministic.
     Special tokens are cut out of the text first, so they never take part in a merge.
+
+    `pieces`, if a dict is given, receives every distinct piece's bytes -> the ids training left it as, so a
+    caller can check that the encoder replays training on every piece (lesson 01 does).
     """
     text = normalize(text)
     n_merges = vocab_size - 256 - len(specials)
@@ -148,6 +151,8 @@ def train_bpe(text: str, vocab_size: int, specials=DEFAULT_SPECIALS, pattern: st
         pair_count.pop(pair, None)
         if verbose and (len(vocab) - 256) % 500 == 0:
             print(f"merge {len(vocab) - 256}: {spelled!r}")
+    if pieces is not None:
+        pieces.update((bytes(w), list(words[i])) for i, w in enumerate(counts))
     if len(vocab) < 256 + n_merges:
         warnings.warn(f"the text ran out of pairs after {len(vocab) - 256} merges: vocab_size is "
                       f"{len(vocab) + len(specials)}, not {vocab_size}", stacklevel=stacklevel)

@@ -29,6 +29,17 @@ def test_toy_training_merges_by_hand():
     assert vocab[256:] == [b"aa", b"ab", b"aaab"]
 
 
+def test_training_reports_every_piece_as_it_left_it_and_the_encoder_agrees():
+    text = data.EOT.join(data.load_stories("valid")[:200])
+    pieces = {}
+    tok = Tokenizer(train_bpe(text, 400, pieces=pieces))
+    assert len(pieces) > 100 and all(bytes(b"".join(tok.vocab[i] for i in ids)) == p for p, ids in pieces.items())
+    assert all(tok.encode_reference(p.decode()) == ids for p, ids in pieces.items())   # encoding replays training
+    toy = {}
+    train_bpe("aaabdaaabac", 256 + 3 + 1, pieces=toy)
+    assert toy == {b"aaabdaaabac": [258, 100, 258, 97, 99]}
+
+
 def test_training_is_deterministic_and_prefix_consistent():
     text = data.EOT.join(data.load_stories("valid")[:200])
     small, big = Tokenizer.train(text, 300), Tokenizer.train(text, 400)
