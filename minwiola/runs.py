@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .data import sha256_file
-from .model import LanguageModel
+from .model import ADDED_LATER, LanguageModel, ModelConfig
 
 MARKER = ".minwiola-run"
 LOCK = ".lock"
@@ -91,7 +91,8 @@ def differences(held: dict, wanted: dict, prefix: str = "") -> list[str]:
 
 def check_same_run(out: Path, record: dict) -> None:
     """--resume: the run in `out` must be the one `record` describes, part by part (trainer settings, the model
-    config as resolved, tokenizer, data files); RunFolderError naming every difference."""
+    config as resolved, tokenizer, data files); RunFolderError naming every difference. A model field added since
+    the run was written (model.ADDED_LATER) counts as its default, which is what that run was built with."""
     config_file = out / "config.json"
     try:
         held = json.loads(config_file.read_text())
@@ -100,6 +101,9 @@ def check_same_run(out: Path, record: dict) -> None:
     if not isinstance(held, dict) or not all(isinstance(held.get(k), dict) for k in record):
         raise RunFolderError(f"{config_file} is not a run config of this version (it lacks one of "
                              f"{sorted(record)}); start again with --overwrite")
+    if "model" in record:
+        defaults = dataclasses.asdict(ModelConfig())
+        held["model"] = {**{k: defaults[k] for k in ADDED_LATER if k not in held["model"]}, **held["model"]}
     changed = [line for part in record
                for line in differences(held[part], record[part], "" if part == "train" else f"{part}.")]
     if changed:
