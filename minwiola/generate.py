@@ -54,6 +54,17 @@ def check_logits(logits: torch.Tensor) -> None:
     raise ValueError("every logit of a row is -inf: all tokens are ruled out, none can be picked")
 
 
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Logits (..., V) with every token outside the nucleus set to -inf (top-p, Holtzman et al. 2020). The nucleus
+    is the smallest set of most likely tokens whose probabilities (softmax of the logits) add up to at least top_p:
+    a token is kept when the mass of the tokens more likely than it is still below top_p, so the most likely token
+    is always kept. Kept logits are returned unchanged; sampling then draws from their softmax."""
+    probs, order = torch.softmax(logits, -1).sort(-1, descending=True)
+    before = probs.cumsum(-1) - probs             # probability mass strictly above each token
+    drop = before >= top_p                        # the first token is always kept (before = 0)
+    return logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+
+
 def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """Next token ids (B,) from logits (B, V)."""
@@ -72,10 +83,7 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
         keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, logits.topk(top_k, dim=-1).indices, True)
         logits = logits.masked_fill(~keep, float("-inf"))   # exactly k survive, even when scores tie
     if top_p is not None and top_p < 1:
-        probs, order = torch.softmax(logits, -1).sort(-1, descending=True)
-        before = probs.cumsum(-1) - probs             # probability mass strictly above each token
-        drop = before >= top_p                        # the first token is always kept (before = 0)
-        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+        logits = top_p_filter(logits, top_p)
     probs = torch.softmax(logits, -1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 

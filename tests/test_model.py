@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from minwiola import data
-from minwiola.generate import generate, generate_ids, sample_next
+from minwiola.generate import generate, generate_ids, sample_next, top_p_filter
 from minwiola.model import PRESETS, LanguageModel, ModelConfig, initial_loss, preset
 from minwiola.tokenizer import default_tokenizer
 
@@ -194,6 +194,17 @@ def test_sampling_rules():
                        (dict(top_k=0), "top_k"), (dict(top_k=2.5), "top_k"), (dict(top_p=0), "top_p")]:
         with pytest.raises(ValueError, match=match):
             sample_next(logits, **bad)
+
+
+def test_top_p_filter_keeps_the_smallest_nucleus():
+    logits = torch.tensor([[0.5, 0.25, 0.125, 0.125], [0.1, 0.2, 0.3, 0.4]]).log()
+    kept = top_p_filter(logits, 0.75).isfinite()
+    # row 0: 0.5 + 0.25 reaches 0.75, the rest is dropped; row 1: 0.4 + 0.3 + 0.2 = 0.9 is the first to reach 0.75
+    assert kept.tolist() == [[True, True, False, False], [False, True, True, True]]
+    out = top_p_filter(logits, 0.75)
+    assert torch.equal(out[kept], logits[kept])                   # kept logits unchanged
+    assert top_p_filter(logits, 1e-9).isfinite().sum(-1).tolist() == [1, 1]      # the top token always stays
+    assert top_p_filter(logits, 1.0).isfinite().all()
 
 
 def test_generate_text_is_reproducible_and_checks_length():
