@@ -22,40 +22,82 @@ def _case(d: int, H: int, T: int, B: int = 2, seed: int = 0):
     return (x, mha.q.weight, mha.k.weight, mha.v.weight, mha.out.weight, H), want
 
 
+def _variant(args, transpose_qkv=True, transpose_o=True, scale="d_h", hide="future", dim=-1, split=True,
+             merge=True, w_o=True):
+    """Multi-head attention from the weights with one step changed, to recognise a learner's mistake."""
+    x, W_q, W_k, W_v, W_o, H = args
+    B, T, d = x.shape
+    d_h = d // H
+    heads = (lambda t: t.view(B, T, H, d_h).transpose(1, 2)) if split else (lambda t: t.reshape(B, H, T, d_h))
+    q, k, v = (heads(x @ (W.T if transpose_qkv else W)) for W in (W_q, W_k, W_v))
+    scores = q @ k.transpose(-2, -1) / {"d_h": math.sqrt(d_h), "d": math.sqrt(d), "none": 1.0}[scale]
+    allowed = causal_mask(T, T)
+    hidden = {"future": ~allowed, "past": ~allowed.T, "future and self": ~allowed | torch.eye(T, dtype=torch.bool),
+              "nothing": torch.zeros(T, T, dtype=torch.bool)}[hide]
+    o = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim) @ v                    # (B, H, T, d_h)
+    o = o.transpose(1, 2).reshape(B, T, d) if merge else o.reshape(B, T, d)
+    return o @ (W_o.T if transpose_o else W_o) if w_o else o
+
+
+def _mistakes(d: int, d_h: int):
+    """(what the learner did, how _variant computes it), the common mistakes that keep the shape right."""
+    return (
+        ("you projected with x @ W; nn.Linear stores W as (out, in), so a projection is x @ W.T",
+         dict(transpose_qkv=False)),
+        ("you projected with x @ W, W_O included; nn.Linear stores W as (out, in), so a projection is x @ W.T",
+         dict(transpose_qkv=False, transpose_o=False)),
+        ("you applied W_O as o @ W_o; it is stored as (out, in) too: o @ W_o.T", dict(transpose_o=False)),
+        (f"you divided the scores by sqrt(d) = sqrt({d}); each head divides by the square root of its OWN width, "
+         f"sqrt(d_h) = sqrt({d_h})", dict(scale="d")),
+        ("you did not divide the scores by sqrt(d_h)", dict(scale="none")),
+        ("you took the softmax over the queries (dim=-2); each query's row of scores, over the keys (dim=-1), "
+         "must sum to 1", dict(dim=-2)),
+        ("you forgot W_O: the merged heads (B, T, d) still go through o @ W_o.T", dict(w_o=False)),
+        ("you masked the diagonal too, so row 0 (position 0) has every key masked and softmax of all -inf is NaN; "
+         "a position may read itself: mask only j > i, torch.triu(..., diagonal=1)", dict(hide="future and self")),
+        ("you did not mask the future (position t must not see t+1..T-1)", dict(hide="nothing")),
+        ("your mask points the wrong way: position t reads t..T-1, the future, instead of 0..t",
+         dict(hide="past")),
+        ("you reshaped (B, T, d) straight to (B, H, T, d_h), which mixes positions into heads: view it as "
+         "(B, T, H, d_h), then swap T and H with .transpose(1, 2)", dict(split=False)),
+        ("you merged the heads with a plain reshape of (B, H, T, d_h); transpose back to (B, T, H, d_h) first, "
+         "then reshape to (B, T, d)", dict(merge=False)),
+    )
+
+
+_SHAPES = ("print the shapes after each step: (B, T, d) -> (B, H, T, d_h) for q, k, v (view as (B, T, H, d_h), "
+           "then swap T and H), scores (B, H, T, T), weights @ v (B, H, T, d_h), back to (B, T, d) with the heads "
+           "side by side, then W_o")
+
+
+def _diagnose(args, got, want) -> str:
+    """What is wrong with an output of the right shape: the largest difference, its dtype, NaNs and, when the
+    output matches a common mistake computed from the same weights, that mistake."""
+    got64 = got.detach().to(torch.float64)
+    nan = torch.isnan(got64)
+    diff = (got64 - want).abs().nan_to_num(0.0).max().item()
+    say = [f"largest absolute difference {diff:.3g}" + (" (NaNs left out)" if nan.any() else "")]
+    if got.dtype != torch.float64:
+        say.append(f"your result is {got.dtype}; the inputs are float64 and the check compares to 1e-8")
+    if nan.any():
+        ts = sorted({int(t) for t in nan.any(-1).nonzero()[:, 1]})
+        say.append(f"NaN at positions t = {ts}: a row of scores with every key masked gives NaN")
+    tol = 1e-8 if got.dtype == torch.float64 else 1e-4       # float32 rounding would hide a mistake's match
+    if torch.allclose(got64, want, atol=tol, rtol=0):
+        return "; ".join(say) + ". Hint: only the precision is off: keep float64 (no .float(), no float32 tensors)."
+    B, T, d = args[0].shape
+    for why, change in _mistakes(d, d // args[5]):
+        if torch.allclose(got64, _variant(args, **change), atol=tol, rtol=0, equal_nan=True):
+            return "; ".join(say) + ". Hint: it matches the output when " + why + "."
+    return "; ".join(say) + ". Hint: it matches none of the common mistakes the check knows; " + _SHAPES + "."
+
+
 def _first_wrong_position(got, want) -> str:
-    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-        return ""
-    bad = ~torch.isclose(got.to(want.dtype), want, atol=1e-8, rtol=0).all(-1)       # (B, T)
+    bad = ~torch.isclose(got.detach().to(want.dtype), want, atol=1e-8, rtol=0).all(-1)       # (B, T)
     if not bad.any():
         return ""
     b, t = (int(i) for i in bad.nonzero()[0])
     return f"the first wrong position is t = {t} (batch {b}); "
-
-
-def _hint(args, got) -> str:
-    """Name the common mistake the learner's output matches, if any."""
-    x, W_q, W_k, W_v, W_o, H = args
-    B, T, d = x.shape
-    d_h = d // H
-    split = lambda t: t.view(B, T, H, d_h).transpose(1, 2)                          # noqa: E731
-    q, k, v = split(x @ W_q.T), split(x @ W_k.T), split(x @ W_v.T)
-    mask = causal_mask(T, T)
-    guesses = {
-        "it matches attention WITHOUT the causal mask (position t must not see t+1..T-1)":
-            (q @ k.transpose(-2, -1) / math.sqrt(d_h), None),
-        "it matches attention without the 1/sqrt(d_h) scale on the scores":
-            ((q @ k.transpose(-2, -1)).masked_fill(~mask, float("-inf")), mask),
-        "it matches a mask pointing the wrong way (position t reads t..T-1, the future)":
-            ((q @ k.transpose(-2, -1) / math.sqrt(d_h)).masked_fill(~mask.T, float("-inf")), mask),
-    }
-    merge = lambda o: o.transpose(1, 2).reshape(B, T, d) @ W_o.T                    # noqa: E731
-    for why, (scores, _) in guesses.items():
-        if isinstance(got, torch.Tensor) and got.shape == x.shape and torch.allclose(
-                got.to(x.dtype), merge(torch.softmax(scores, -1) @ v), atol=1e-8):
-            return " Hint: " + why + "."
-    return (" Hint: print the shapes after each step: (B, T, d) -> (B, H, T, d_h) for q, k, v (view as "
-            "(B, T, H, d_h), then swap T and H), scores (B, H, T, T), weights @ v (B, H, T, d_h), back to (B, T, d) "
-            "with the heads side by side, then W_o.")
 
 
 def check_1(my_multi_head_attention) -> None:
@@ -66,10 +108,19 @@ def check_1(my_multi_head_attention) -> None:
     for d, H, T, B in ((8, 2, 5, 1), (12, 3, 7, 2), (16, 4, 9, 2), (16, 1, 4, 1)):
         args, want = _case(d, H, T, B, seed=d + H + T)
         got = my_multi_head_attention(*args)
+        what = f"d={d}, H={H} heads of d_h={d // H}, T={T}, B={B}"
+        if isinstance(got, tuple):
+            raise AssertionError(f"{what}: expected a tensor (B, T, d), got a tuple of {len(got)}; return only "
+                                 "the output, not the attention weights")
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
+            try:
+                same_tensor(got, want, what)
+            except AssertionError as e:
+                raise AssertionError(f"{e}. Hint: {_SHAPES}.") from None
         try:
-            same_tensor(got, want, f"d={d}, H={H} heads of d_h={d // H}, T={T}, B={B}", atol=1e-8)
+            same_tensor(got, want, what, atol=1e-8)
         except AssertionError as e:
-            raise AssertionError(_first_wrong_position(got, want) + str(e) + _hint(args, got)) from None
+            raise AssertionError(_first_wrong_position(got, want) + f"{e}; " + _diagnose(args, got, want)) from None
     print("Exercise 1: correct (your heads agree with MultiHeadAttention to 1e-8 on four shapes, H = 1 to 4)")
 
 
@@ -81,10 +132,18 @@ def check_2(my_softmax) -> None:
     for s in (torch.randn(10, generator=g), torch.tensor([1000.0, 1001.0, 999.0]), torch.tensor([-1e4, 0.0]),
               torch.tensor([88.0, 90.0])):
         got = my_softmax(s)
-        assert isinstance(got, torch.Tensor), f"my_softmax({s.tolist()}): expected a tensor, got {got!r}"
-        assert torch.isfinite(got).all(), (f"my_softmax({s.tolist()}) = {got.tolist()} is not finite: exp "
-                                           "overflows; subtract the largest score first")
-        same_tensor(got, torch.softmax(s, 0), f"my_softmax({s.tolist()})", atol=1e-6)
+        what = f"my_softmax({[round(v, 4) for v in s.tolist()]})"
+        assert isinstance(got, torch.Tensor), f"{what}: expected a tensor, got {type(got).__name__}"
+        assert torch.isfinite(got).all(), (f"{what} = {got.tolist()} is not finite: exp overflows; subtract the "
+                                           "largest score first")
+        if got.shape == s.shape:
+            assert (got >= 0).all(), (f"{what} has negative entries (smallest {got.min().item():.4g}); softmax "
+                                      "weights are e^(s_i - c) / sum_k e^(s_k - c), all positive (a log-softmax "
+                                      "is not it)")
+            total = got.sum().item()
+            assert abs(total - 1) < 1e-6, (f"{what} sums to {total:.6g}; the outputs must sum to 1: divide the "
+                                           "exponentials by their sum")
+        same_tensor(got, torch.softmax(s, 0), what, atol=1e-6)
     print("Exercise 2: correct")
 
 
@@ -93,15 +152,23 @@ def check_3(my_causal_mask) -> None:
     if not attempted(my_causal_mask(1, 1), 3):
         return
     for T_q, T_k in ((4, 4), (1, 5), (3, 7), (2, 2)):
-        got = torch.as_tensor(my_causal_mask(T_q, T_k))
+        got = my_causal_mask(T_q, T_k)
+        what = f"my_causal_mask({T_q}, {T_k})"
+        assert isinstance(got, torch.Tensor), (f"{what}: expected a boolean torch tensor, got "
+                                               f"{type(got).__module__}.{type(got).__name__}")
+        if got.dtype != torch.bool:
+            additive = got.is_floating_point() and torch.isinf(got).any()
+            raise AssertionError(f"{what}: expected a boolean tensor (dtype torch.bool), got {got.dtype}" + (
+                "; it looks like an additive mask (0 where allowed, -inf where masked): return True where query i "
+                "may read key j instead" if additive else "; a comparison such as j <= i gives booleans"))
         want = causal_mask(T_q, T_k)
-        assert got.shape == want.shape, f"({T_q}, {T_k}): shape {tuple(got.shape)}, expected {tuple(want.shape)}"
-        bad = got.bool() != want
+        assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+        bad = got != want
         if bad.any():
             i, j = (int(n) for n in bad.nonzero()[0])
-            raise AssertionError(f"my_causal_mask({T_q}, {T_k}): query {i} (absolute position {i + T_k - T_q}) and "
-                                 f"key {j}: got {bool(got[i, j])}, expected {bool(want[i, j])} (the queries are the "
-                                 f"LAST {T_q} of {T_k} positions)")
+            raise AssertionError(f"{what}: query {i} (absolute position {i + T_k - T_q}) and key {j}: got "
+                                 f"{bool(got[i, j])}, expected {bool(want[i, j])} (the queries are the LAST {T_q} of "
+                                 f"{T_k} positions)")
     print("Exercise 3: correct")
 
 
