@@ -24,14 +24,19 @@ def close(got, want, what: str, tol: float = 1e-9) -> None:
     assert abs(got - want) <= tol * max(1.0, abs(want)), f"{what}: got {got!r}, expected {want!r}"
 
 
-def same_tensor(got, want, what: str, atol: float = 1e-6) -> None:
-    """Assert that `got` is a tensor of `want`'s shape and values; on failure name the first entry that differs."""
+def same_tensor(got, want, what: str, atol: float = 1e-6, hint: str = "") -> None:
+    """Assert that `got` is a tensor of `want`'s shape and values; on failure name the first entry that differs and
+    the largest difference, then `hint` (what the check thinks went wrong), if any."""
     import torch
+    tail = f". {hint}" if hint else ""
     if not isinstance(got, torch.Tensor):
-        raise AssertionError(f"{what}: expected a tensor, got {type(got).__name__}")
-    assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+        raise AssertionError(f"{what}: expected a tensor, got {type(got).__name__}{tail}")
+    if tuple(got.shape) != tuple(want.shape):
+        raise AssertionError(f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}{tail}")
+    diff = (got.to(want.dtype) - want).abs()
     bad = ~torch.isclose(got.to(want.dtype), want, atol=atol, rtol=0)
     if bad.any():
         where = tuple(int(i) for i in bad.nonzero()[0])
         raise AssertionError(f"{what}: at index {where} got {got[where].item():.6g}, expected "
-                             f"{want[where].item():.6g} ({int(bad.sum())} of {want.numel()} entries differ)")
+                             f"{want[where].item():.6g} ({int(bad.sum())} of {want.numel()} entries differ; largest "
+                             f"difference {diff.max().item():.3g}){tail}")

@@ -66,12 +66,10 @@ def check_2(apply_srpe) -> None:
         T, d_h = shape[-2:]
         c, s = srpe_coefficients(torch.arange(T) * 7, d_h, a_s=a_s, f_s=1.0)
         x = torch.randn(*shape, generator=g, dtype=F64)
-        try:
-            same_tensor(apply_srpe(x, c, s), rotate(x, c, s), f"x {shape}, a_s={a_s}", atol=1e-10)
-        except AssertionError as e:
-            raise AssertionError(f"{e}. The last index is the dimension, the one before it the position. Pair j "
-                                 f"is (x_j, x_(j + d_h/2)), the two halves, not neighbours: y_j = x_j c_j - "
-                                 f"x_(j + d_h/2) s_j, y_(j + d_h/2) = x_j s_j + x_(j + d_h/2) c_j") from None
+        same_tensor(apply_srpe(x, c, s), rotate(x, c, s), f"x {shape}, a_s={a_s}", atol=1e-10,
+                    hint="The last index is the dimension, the one before it the position. Pair j is (x_j, "
+                         "x_(j + d_h/2)), the two halves, not neighbours: y_j = x_j c_j - x_(j + d_h/2) s_j, "
+                         "y_(j + d_h/2) = x_j s_j + x_(j + d_h/2) c_j")
     print("Exercise 2: correct (eqs. 17-18: the rotation with SRPE's coefficients)")
 
 
