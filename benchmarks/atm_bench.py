@@ -152,7 +152,8 @@ def main() -> None:
     base = rows[0]
     for row in rows[1:]:
         row["flops_saving"] = round(1 - row["training_flops_per_token"] / base["training_flops_per_token"], 4)
-        row["time_saving"] = round(1 - row["seconds_per_step"] / base["seconds_per_step"], 4)
+        row["time_saving"] = round(1 - row["seconds_per_step"] / base["seconds_per_step"], 4)     # of the best step
+        row["median_time_saving"] = round(1 - row["median_seconds"] / base["median_seconds"], 4)
     result = {"command": "python benchmarks/atm_bench.py" + "".join(" " + a for a in sys.argv[1:]),
               "hardware": hardware(), "torch": torch.__version__, "threads": torch.get_num_threads(),
               "data": data.describe_source(), "batch": args.batch, "T": args.T,
