@@ -34,3 +34,22 @@ def test_wrong_answer_fails_and_says_what_is_wrong(lesson, n, name, capsys):
     with pytest.raises(AssertionError) as failure:
         check(wrong)
     assert len(str(failure.value)) > 20 and "correct" not in capsys.readouterr().out
+
+
+NOTEBOOKS = sorted(LESSONS.glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_lesson_has_checked_exercises_and_hides_its_solutions(path):
+    import json
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    source = ["".join(c["source"]) for c in cells]
+    lesson = f"lesson{path.name[:2]}"
+    assert lesson in CHECKS, f"{path.name} has no exercises/{lesson}.py"
+    names = importlib.import_module(f"exercises.{lesson}").EXERCISES
+    calls = "\n".join(s for s, c in zip(source, cells) if c["cell_type"] == "code")
+    assert f"from exercises.{lesson} import" in calls, f"{path.name} does not run its self-checks"
+    for n in names:
+        assert f"check_{n}(" in calls, f"{path.name} never calls check_{n}"
+    assert not any(s.lstrip().startswith("## Solutions") for s in source), f"{path.name} shows its solutions"
+    assert f"exercises/solutions/{lesson}.py" in "\n".join(source), f"{path.name} does not say where solutions are"
