@@ -9,7 +9,8 @@ from minwiola.tokenizer import _merge_word as _merge   # section 2's merge, as t
 
 
 def _pieces(text):
-    """NFC, cut at the special token, pre-tokenise: each distinct piece (as a tuple of byte ids) with its count."""
+    """NFC, cut at the special token, pre-tokenise: each distinct piece (as a tuple of byte ids), kept once with
+    how often it occurs."""
     counts = {}
     for chunk in unicodedata.normalize("NFC", text).split(EOT):
         for piece in regex.findall(PATTERN, chunk):
@@ -26,7 +27,7 @@ def _train(text, vocab_size, tie_key):
         for word, n in words.items():
             for pair in zip(word, word[1:]):
                 pairs[pair] = pairs.get(pair, 0) + n
-        if not pairs:
+        if not pairs:                                           # the text ran out of pairs: stop, as train_bpe
             break
         best = max(pairs, key=lambda p: (pairs[p], tie_key(p, vocab)))
         vocab.append(vocab[best[0]] + vocab[best[1]])
