@@ -17,8 +17,8 @@ t's query, key and value, and the decision rho_t itself reads x_{t+1}. Two kinds
   value and reuses slot t's attention output. rho_t then only decides what t+1 gets, so position t never depends
   on anything after it. t+1's own content still reaches the next layers through the residual stream.
 
-In both, a slot keeps the original position of its first member for RoPE/SRPE, so relative offsets between tokens
-do not shift by the number of merges before them.
+In both, a slot keeps the original position of its first member for RoPE/SRPE and for ALiBi's bias (made from
+those positions, per sequence), so relative offsets between tokens do not shift by the number of merges before them.
 
 A merge plan is `slot` (B, T): the slot each token belongs to (0, 1, ... in order; the two tokens of a pair share
 one). Sequences of a batch merge differently; shorter ones are padded at the end to the longest T', and padding

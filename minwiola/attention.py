@@ -9,6 +9,11 @@ mask M holds 0 where a query may look and -inf where it may not):
 Causal masking: the T_q queries are the *last* T_q of the T_k positions (with a KV cache, earlier positions sit
 in the cache), so query i, at absolute position T_k - T_q + i, may look at keys 0 .. T_k - T_q + i.
 
+Every kernel also takes an optional additive `bias` on the scores, a float tensor that broadcasts to
+(B, H, T_q, T_k) (ALiBi's -m_h (i - j), lesson 12): A_h = softmax(q_h k_h^T / sqrt(d_h) + bias_h + M). It must be
+finite (the causal flag does the masking) and in the dtype of q. Without one, each kernel computes exactly what it
+computed before the bias existed.
+
 Three ways to compute the same thing:
 * `attention_explicit`: scores, mask, softmax, weighted sum, written out; forms the (T_q, T_k) matrix;
 * `attention_fused`: PyTorch's `F.scaled_dot_product_attention`, which picks a fast kernel;
@@ -23,9 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .positions import check_srpe, rope_coefficients, rotate, srpe_coefficients
+from .positions import alibi_bias, alibi_bias_at, alibi_slopes, check_srpe, rope_coefficients, rotate, srpe_coefficients
 
 IMPLS = ("explicit", "fused", "tiled")
+ATTENTION_POSITIONS = ("rope", "srpe", "alibi", "none")     # what attention itself does about positions
 QKV = ("separate", "unified")
 
 
@@ -36,19 +42,31 @@ def causal_mask(T_q: int, T_k: int, device=None) -> torch.Tensor:
     return j <= i + (T_k - T_q)
 
 
-def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d_h) + M) v, written out step by step."""
+def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
+                       bias: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d_h) + bias + M) v, written out step by step."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])          # (B, H, T_q, T_k)
+    if bias is not None:
+        scores = scores + bias                                           # before the mask: masked stays -inf
     if causal:
         scores = scores.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
     weights = torch.softmax(scores, dim=-1)                              # each row sums to 1
     return weights @ v                                                   # (B, H, T_q, d_h)
 
 
-def attention_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
+def attention_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
+                    bias: torch.Tensor | None = None) -> torch.Tensor:
     """The same through `F.scaled_dot_product_attention`. Its `is_causal` aligns the mask to the top left, which
     is right only when T_q == T_k; with a cache (T_q < T_k) we pass our own mask. (A boolean mask keeps PyTorch
-    from using its flash kernel on GPU; that is the price of this simple cache.)"""
+    from using its flash kernel on GPU; that is the price of this simple cache.)
+
+    SDPA cannot take `is_causal` and `attn_mask` together, and its float `attn_mask` is added to the scores, so a
+    bias goes in as one float mask: the bias with -inf where the causal mask forbids. (A float mask also rules out
+    the flash kernel: ALiBi through SDPA runs on the memory-efficient or the plain kernel.)"""
+    if bias is not None:
+        if causal:
+            bias = bias.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     if not causal:
         return F.scaled_dot_product_attention(q, k, v)
     if q.shape[-2] == k.shape[-2]:
@@ -57,7 +75,7 @@ def attention_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 
 def attention_tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
-                    block: int = 64) -> torch.Tensor:
+                    block: int = 64, bias: torch.Tensor | None = None) -> torch.Tensor:
     """The same, one (block x block) tile of scores at a time, with the online softmax.
 
     For each block of queries we walk over blocks of keys and keep, per query row, the running maximum m of the
@@ -65,9 +83,14 @@ def attention_tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     new block raises the maximum from m to m', everything accumulated so far is rescaled by exp(m - m'), so at the
     end acc / l equals softmax(scores) v exactly (up to rounding). Key blocks entirely in a query block's future
     are skipped. Every query sees key 0 (T_q <= T_k), so the first tile leaves no row at m = -inf. The running
-    sums stay in the input dtype; FlashAttention keeps them in float32 even for bf16 inputs.
+    sums stay in the input dtype; FlashAttention keeps them in float32 even for bf16 inputs. A bias is added tile by
+    tile, its (rows x block) piece to the tile's scores before the running maximum: the online softmax never
+    needs more than that piece (ALiBi's could even be made inside the tile from the offsets, as FlashAttention
+    does; here it is sliced from the full bias, for clarity).
     """
     T_q, T_k, d_h = q.shape[-2], k.shape[-2], q.shape[-1]
+    if bias is not None:
+        bias = bias.expand(*bias.shape[:-2], T_q, T_k)                  # size-1 rows or columns made full
     shift = T_k - T_q                              # query i sits at absolute position i + shift
     out = torch.empty_like(q)
     for qs in range(0, T_q, block):
@@ -81,6 +104,8 @@ def attention_tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             if causal and ks > last_visible:
                 break
             s = qb @ k[..., ks:ks + block, :].transpose(-2, -1)          # (B, H, rows, <= block)
+            if bias is not None:
+                s = s + bias[..., qs:qs + rows, ks:ks + block]              # this tile's piece of the bias
             if causal:                                                   # the mask, at this tile's offsets
                 i = torch.arange(qs, qs + rows, device=q.device)[:, None] + shift
                 j = torch.arange(ks, ks + s.shape[-1], device=q.device)[None, :]
@@ -177,6 +202,11 @@ class MultiHeadAttention(nn.Module):
       spiral coefficients instead (eqs. 11-18, `srpe` = (k_s, a_s, f_s)); "none" adds no position here. Cached
       keys keep the positions they were computed at. srpe_radius="offset" gives keys their own coefficients
       (positions.py: queries scaled by rho^(p - c), keys by rho^-(p' - c)), so the score depends on p - p' only.
+    positions="alibi" rotates nothing and adds ALiBi's bias -m_h (i - j) to query head h's scores (positions.py:
+      `alibi_slopes(H)`, one slope per *query* head, so GQA's heads of a group share keys but not slopes). The
+      bias is made in `attend` from the query and key counts (queries are the last T_q of T_k positions, so a KV
+      cache needs nothing stored), or from explicit positions (ATM's merged slots keep their original ones). It
+      has no parameters and no table, so nothing in it ends at max_len.
     """
 
     def __init__(self, d: int, n_heads: int, n_kv_heads: int | None = None, qkv: str = "separate",
@@ -188,9 +218,9 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"qkv must be one of {QKV}, got {qkv!r}")
         if impl not in IMPLS:
             raise ValueError(f"attention must be one of {IMPLS}, got {impl!r}")
-        if positions not in ("rope", "srpe", "none"):
-            raise ValueError(f"attention positions must be one of ('rope', 'srpe', 'none'), got {positions!r}")
-        rope = positions != "none"
+        if positions not in ATTENTION_POSITIONS:
+            raise ValueError(f"attention positions must be one of {ATTENTION_POSITIONS}, got {positions!r}")
+        rope = positions in ("rope", "srpe")
         H = n_heads
         H_kv, self.d_h = head_shape(d, n_heads, n_kv_heads, qkv)
         if qkv == "unified":
@@ -207,6 +237,7 @@ class MultiHeadAttention(nn.Module):
         if positions == "srpe":
             check_srpe(*srpe, srpe_radius, max_len)            # a clear error before any table is built
         self.srpe_radius = srpe_radius
+        self.alibi = positions == "alibi"
         self.keys_differ = positions == "srpe" and srpe_radius == "offset"   # keys take the inverse radius
         if rope:
             # (max_len, d_h/2) tables, computed in float64 and stored, rounded once, in the default dtype like the
@@ -288,9 +319,28 @@ class MultiHeadAttention(nn.Module):
             v = v.repeat_interleave(self.H // self.H_kv, dim=1)
         return q_plain, q, k, v
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """The heads' outputs O_h = softmax(q k^T / sqrt(d_h) + M) v, (B, H, T, d_h), by the chosen kernel."""
-        return ATTENTION[self.impl](q, k, v, causal=True)
+    def score_bias(self, q: torch.Tensor, T_k: int, positions: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The additive bias on the scores of queries q (B, H, T_q, d_h) against T_k keys: ALiBi's -m_h (i - j)
+        with positions="alibi", (H, T_q, T_k), or (B, H, T_q, T_q) for explicit `positions` (B, T_q); else None.
+        Made in float32 or wider, then rounded once to q's dtype (the kernels add it in that dtype)."""
+        if not self.alibi:
+            return None
+        wide = torch.promote_types(q.dtype, torch.float32)
+        slopes = alibi_slopes(self.H).to(wide).to(q.device)
+        if positions is not None:
+            bias = alibi_bias_at(slopes, positions, positions)
+        else:
+            bias = alibi_bias(slopes, q.shape[-2], T_k)
+        return bias.to(q.dtype)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        """The heads' outputs O_h = softmax(q k^T / sqrt(d_h) + bias_h + M) v, (B, H, T, d_h), by the chosen
+        kernel; bias is ALiBi's (`score_bias`, at explicit `positions` (B, T) if given) or none."""
+        bias = self.score_bias(q, k.shape[-2], positions)
+        if bias is None:
+            return ATTENTION[self.impl](q, k, v, causal=True)
+        return ATTENTION[self.impl](q, k, v, causal=True, bias=bias)
 
     def merge_heads(self, o: torch.Tensor) -> torch.Tensor:
         """(B, H, T, d_h) -> (B, T, H d_h): the heads side by side, [O_1; ...; O_H]."""
@@ -307,7 +357,7 @@ class MultiHeadAttention(nn.Module):
         if context is not None:
             raise ValueError("MultiHeadAttention reads no context (GCLA does)")
         _, q, k, v = self.heads(x, cache, positions)
-        return self.out(self.merge_heads(self.attend(q, k, v)))
+        return self.out(self.merge_heads(self.attend(q, k, v, positions)))
 
 
 class PagedKVCache:

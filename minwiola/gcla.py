@@ -20,6 +20,9 @@ Where the paper's text, taken literally, breaks a causal language model, both fo
   the same content scores differently at different absolute positions. query="plain" (the default) uses the query
   before rotation.
 
+With positions="alibi" GCLA works as it is: ALiBi's bias goes on the self-attention scores only (a summary has no
+position, so the context scores get none), and nothing is rotated, so query="rotated" and "plain" coincide.
+
 Layer l's context is the summaries of its own input X^(l) (= the output of layer l-1; for layer 0 the embeddings)
 and of the input of layer l-1. Layer 0 has no second summary: we use the zero vector there, whose key scores 0 and
 whose value is 0 (lesson 08 discusses the choice).
@@ -127,7 +130,7 @@ class GCLA(MultiHeadAttention):
             raise ValueError(f"context must be (B, T or 1, Lambda, d) = ({x.shape[0]}, {x.shape[1]} or 1, ., "
                              f"{x.shape[-1]}), got {None if context is None else tuple(context.shape)}")
         q_plain, q, k, v = self.heads(x, cache, positions)
-        o_self = self.attend(q, k, v)                                           # eqs. 22-23
+        o_self = self.attend(q, k, v, positions)                                # eqs. 22-23 (+ ALiBi's bias)
         q_ctx = q_plain if self.query == "plain" else q                         # eq. 26 uses the rotated one
         o_ctx = context_attention(q_ctx, self.context_heads(context, self.k_ctx),   # eqs. 24-26
                                   self.context_heads(context, self.v_ctx))

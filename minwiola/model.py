@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import atm
-from .attention import IMPLS, QKV, KVCache, MultiHeadAttention, head_shape
+from .attention import ATTENTION_POSITIONS, IMPLS, QKV, KVCache, MultiHeadAttention, head_shape
 from .ffn import DSFF, FFNS, make_ffn, swiglu_hidden
 from .gcla import GCLA, QUERIES, SUMMARIES, layer_contexts, summarize
 from .norm import NORMS, make_norm
@@ -93,7 +93,8 @@ class ModelConfig:
     norm: str = "rmsnorm"           # "layernorm", "rmsnorm" or "wiola" (WiolaRMSNorm)
     norm_position: str = "pre"      # "pre" (norm inside the residual branch) or "post" (after the residual add)
     norm_eps: float | None = None   # eps inside every norm's root; None: 1e-5 for LayerNorm, 1e-6 for the RMS norms
-    positions: str = "rope"         # "rope", "srpe", "learned", "sinusoidal" or "none"
+    positions: str = "rope"         # "rope", "srpe", "learned", "sinusoidal", "alibi" (a bias on the scores, no
+                                    # embedding and no rotation; lesson 12) or "none"
     srpe_k: float = 8.0             # SRPE k_s (eq. 12); math.inf switches the secondary winding off
     srpe_a: float = 0.05            # SRPE a_s (eq. 14), in [0, 1)
     srpe_f: float = 1 / 16          # SRPE f_s (eq. 14)
@@ -234,8 +235,8 @@ def preset(name: str, **overrides) -> ModelConfig:
 def make_mixer(cfg: ModelConfig) -> nn.Module:
     """The token mixer the config asks for, the one place a block's mixer is chosen. Every mixer takes
     `(x, *, context, cache, positions)` and makes its own decoding state with `new_cache(max_len)`."""
-    rotary = cfg.positions if cfg.positions in ("rope", "srpe") else "none"
-    options = dict(positions=rotary, bias=cfg.attn_bias, max_len=cfg.context, rope_theta=cfg.rope_theta,
+    inside = cfg.positions if cfg.positions in ATTENTION_POSITIONS else "none"   # absolute ones are added outside
+    options = dict(positions=inside, bias=cfg.attn_bias, max_len=cfg.context, rope_theta=cfg.rope_theta,
                    impl=cfg.attention, srpe=(cfg.srpe_k, cfg.srpe_a, cfg.srpe_f), srpe_radius=cfg.srpe_radius)
     if cfg.gcla != "off":
         return GCLA(cfg.d, cfg.n_heads, cfg.H_kv, cfg.gcla_query, cfg.gcla_phi, **options)

@@ -1,4 +1,5 @@
-"""Where a token is: absolute positions (learned, sinusoidal) and rotary positions, RoPE (lesson 03).
+"""Where a token is: absolute positions (learned, sinusoidal), rotary positions, RoPE (lesson 03), and ALiBi's
+linear bias on the scores (lesson 12).
 
 Shapes: T tokens, model width d, head width d_h (the width of one attention head's query and key).
 
@@ -35,9 +36,11 @@ Shapes: T tokens, model width d, head width d_h (the width of one attention head
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
-POSITIONS = ("learned", "sinusoidal", "rope", "srpe", "none")
+POSITIONS = ("learned", "sinusoidal", "rope", "srpe", "alibi", "none")
 RADII = ("paper", "offset")     # SRPE's radius: eq. 14 (absolute), or rho^(p - c) / rho^-(p' - c) (relative)
 SIDES = ("query", "key")        # which side of the score a coefficient table is for (they differ under "offset")
 MAX_EXPONENT = 20.0             # "offset": the largest |ln radius| allowed, e^20 ~ 5e8 (float32 and bf16 hold it)
@@ -130,3 +133,52 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     x1, x2 = x[..., :half], x[..., half:]
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+def alibi_slopes(H: int) -> torch.Tensor:
+    """ALiBi's slopes m_h for H heads, float64 (H,), the geometric sequence of the ALiBi paper.
+
+    For H a power of two the slopes start at 2^(-8/H) and each is the previous one times that same ratio:
+
+        m_h = 2^(-8/H) ^ (h + 1) = 2^(-8 (h + 1) / H),   h = 0 .. H-1,
+
+    so they run from 2^(-8/H) down to 2^-8 whatever H is (H = 8: 1/2, 1/4, ..., 1/256). Head 0 looks mostly at
+    the last few tokens (its penalty doubles its rate of decay per token), head H-1 nearly uniformly over hundreds.
+
+    For other H, with n = 2^floor(log2 H) the power of two below: the n slopes of n heads, then every other slope
+    of the sequence for 2n heads (its slopes h = 0, 2, 4, ..., i.e. 2^(-8 (2k + 1) / (2n)) = 2^(-4 (2k + 1) / n)),
+    the first H - n of them. Those fall halfway (in the exponent) between the n slopes already taken, so the set
+    stays spread over the same range. This is the paper's reference code (`get_slopes` in ofirpress/attention_with_
+    linear_biases): H = 6 gives 1/4, 1/16, 1/64, 1/256, then 1/2, 1/8.
+    """
+    if not isinstance(H, int) or isinstance(H, bool) or H < 1:
+        raise ValueError(f"alibi needs a positive number of heads, got {H!r}")
+
+    def power_of_two(n: int) -> torch.Tensor:
+        return 2.0 ** (-8.0 * torch.arange(1, n + 1, dtype=torch.float64) / n)
+
+    n = 2 ** int(math.floor(math.log2(H)))
+    if n == H:
+        return power_of_two(H)
+    return torch.cat([power_of_two(n), power_of_two(2 * n)[0::2][:H - n]])
+
+
+def alibi_bias_at(slopes: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor
+                  ) -> torch.Tensor:
+    """ALiBi's score bias -m_h (i - j) for queries at positions i (..., T_q) and keys at positions j (..., T_k):
+    (..., H, T_q, T_k), in the slopes' dtype and on their device. Positions with a batch dimension (B, T) give
+    (B, H, T_q, T_k): token merging (ATM) keeps each slot's original position."""
+    offset = query_positions[..., None, :, None] - key_positions[..., None, None, :]      # (..., 1, T_q, T_k)
+    return -slopes[:, None, None] * offset.to(slopes.dtype)
+
+
+def alibi_bias(slopes: torch.Tensor, T_q: int, T_k: int | None = None) -> torch.Tensor:
+    """ALiBi's score bias (H, T_q, T_k) for the T_q queries that are the *last* T_q of T_k positions (None: T_q),
+    as in the attention kernels: query row r sits at position i = T_k - T_q + r (a KV cache holds the earlier
+    ones), key column j at j. Entry (h, r, j) is -m_h (i - j): 0 on the diagonal, more negative further back.
+    Keys in a query's future get a positive bias, which the causal mask then removes."""
+    T_k = T_q if T_k is None else T_k
+    if not 0 <= T_q <= T_k:
+        raise ValueError(f"the queries must be the last T_q of the T_k positions, got T_q={T_q}, T_k={T_k}")
+    return alibi_bias_at(slopes, torch.arange(T_k - T_q, T_k, device=slopes.device),
+                         torch.arange(T_k, device=slopes.device))

@@ -8,7 +8,8 @@ from minwiola.attention import (KVCache, MultiHeadAttention, attention_explicit,
                                 causal_mask)
 from minwiola.ffn import MLP, SwiGLU, make_ffn, swiglu_hidden
 from minwiola.norm import LayerNorm, RMSNorm, make_norm
-from minwiola.positions import rope_coefficients, rope_frequencies, rotate, sinusoidal
+from minwiola.positions import (alibi_bias, alibi_bias_at, alibi_slopes, rope_coefficients, rope_frequencies, rotate,
+                                sinusoidal)
 
 
 
@@ -132,16 +133,23 @@ def test_mha_gqa_mqa_shapes_and_parameters(H, H_kv):
     assert sum(p.numel() for p in mha.parameters()) == d * H * d_h * 2 + 2 * d * H_kv * d_h
 
 
-def test_gqa_equals_mha_with_copied_heads():
-    d, H = 16, 4
-    gqa = MultiHeadAttention(d, H, 2, positions="none")
-    mha = MultiHeadAttention(d, H, H, positions="none")
+def gqa_and_mha(d: int = 16, H: int = 4, **options) -> tuple[MultiHeadAttention, MultiHeadAttention]:
+    """A GQA layer with 2 key/value heads, and an MHA layer that holds the same weights with each key/value head
+    copied for the query heads it serves."""
+    gqa = MultiHeadAttention(d, H, 2, **options)
+    mha = MultiHeadAttention(d, H, H, **options)
+    d_h, group = d // H, H // 2
     with torch.no_grad():
         mha.q.weight.copy_(gqa.q.weight); mha.out.weight.copy_(gqa.out.weight)
-        # key/value head g serves query heads 2g and 2g+1: give MHA the same head twice
-        mha.k.weight.copy_(gqa.k.weight.view(2, 4, d).repeat_interleave(2, 0).reshape(16, d))
-        mha.v.weight.copy_(gqa.v.weight.view(2, 4, d).repeat_interleave(2, 0).reshape(16, d))
-    x = torch.randn(1, 6, d)
+        # key/value head g serves query heads group * g .. group * (g + 1) - 1: give MHA the same head that often
+        mha.k.weight.copy_(gqa.k.weight.view(2, d_h, d).repeat_interleave(group, 0).reshape(H * d_h, d))
+        mha.v.weight.copy_(gqa.v.weight.view(2, d_h, d).repeat_interleave(group, 0).reshape(H * d_h, d))
+    return gqa, mha
+
+
+def test_gqa_equals_mha_with_copied_heads():
+    gqa, mha = gqa_and_mha(positions="none")
+    x = torch.randn(1, 6, 16)
     assert torch.allclose(gqa(x), mha(x), atol=1e-12)
 
 
@@ -205,3 +213,94 @@ def test_paged_cache_reads_back_what_a_contiguous_cache_holds():
     with pytest.raises(RuntimeError, match="out of blocks"):   # a new sequence that cannot start
         paged.append(99, torch.randn(2, 3), torch.randn(2, 3))
     assert 99 not in paged.tables and paged.wasted_positions() >= 0   # and the cache is still consistent
+
+
+# ------------------------------------------------------------------------------------------------ ALiBi (lesson 12)
+
+
+def reference_slopes(n: int) -> list[float]:
+    """`get_slopes` of the ALiBi paper's code (ofirpress/attention_with_linear_biases), as published."""
+    def get_slopes_power_of_2(n):
+        start = 2 ** (-2 ** -(math.log2(n) - 3))
+        ratio = start
+        return [start * ratio ** i for i in range(n)]
+    if math.log2(n).is_integer():
+        return get_slopes_power_of_2(n)
+    closest_power_of_2 = 2 ** math.floor(math.log2(n))
+    return get_slopes_power_of_2(closest_power_of_2) + reference_slopes(2 * closest_power_of_2)[0::2][
+        :n - closest_power_of_2]
+
+
+def test_alibi_slopes_are_the_papers_geometric_sequence():
+    assert alibi_slopes(8).tolist() == [1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, 1 / 128, 1 / 256]
+    assert alibi_slopes(1).tolist() == [1 / 256]
+    # not powers of two: the 4 (or 8) slopes of the power below, then every other slope of the sequence for 8 (16)
+    assert alibi_slopes(6).tolist() == [1 / 4, 1 / 16, 1 / 64, 1 / 256, 1 / 2, 1 / 8]
+    twelve = [2.0 ** -e for e in (1, 2, 3, 4, 5, 6, 7, 8, 0.5, 1.5, 2.5, 3.5)]
+    assert torch.allclose(alibi_slopes(12), torch.tensor(twelve), rtol=1e-15, atol=0)
+    for H in range(1, 40):
+        assert torch.allclose(alibi_slopes(H), torch.tensor(reference_slopes(H)), rtol=1e-14, atol=0), H
+    with pytest.raises(ValueError, match="positive number of heads"):
+        alibi_slopes(0)
+
+
+def test_alibi_bias_depends_only_on_the_offset():
+    slopes = alibi_slopes(4)
+    bias = alibi_bias(slopes, 5, 12)                    # 5 queries at positions 7..11, keys at 0..11
+    i, j = torch.arange(7, 12)[:, None], torch.arange(12)[None, :]
+    assert torch.equal(bias, -slopes[:, None, None] * (i - j))
+    for offset in range(-4, 12):                        # every entry at one offset i - j holds the same value
+        on = (i - j == offset).expand(4, 5, 12)
+        assert torch.equal(bias[on].view(4, -1), (-slopes * offset)[:, None].expand(4, on[0].sum()))
+    assert torch.equal(alibi_bias(slopes, 5, 12)[..., 7:], alibi_bias(slopes, 5))    # shift both: the same
+    p = torch.tensor([[0, 1, 2, 3], [100, 101, 102, 103]])            # explicit positions, shifted by 100
+    at = alibi_bias_at(slopes, p, p)
+    assert at.shape == (2, 4, 4, 4) and torch.equal(at[0], at[1]) and torch.equal(at[0], alibi_bias(slopes, 4))
+
+
+def alibi_reference(q, k, v, bias, causal=True):
+    """softmax(q k^T / sqrt(d_h) + bias + M) v, with M as a 0 / -inf matrix."""
+    mask = torch.zeros(q.shape[-2], k.shape[-2])
+    if causal:
+        mask = mask.masked_fill(~causal_mask(q.shape[-2], k.shape[-2]), -math.inf)
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias + mask, -1) @ v
+
+
+@pytest.mark.parametrize("T_q, T_k", [(16, 16), (1, 16), (5, 16), (70, 70), (33, 100)])
+def test_three_attentions_agree_with_a_bias(T_q, T_k):
+    q, k, v = torch.randn(2, 3, T_q, 8), torch.randn(2, 3, T_k, 8), torch.randn(2, 3, T_k, 8)
+    for bias in (alibi_bias(alibi_slopes(3), T_q, T_k), 3 * torch.randn(2, 3, T_q, T_k)):
+        for causal in (True, False):
+            expected = alibi_reference(q, k, v, bias, causal)
+            assert not torch.allclose(expected, alibi_reference(q, k, v, 0 * bias, causal), atol=1e-3)
+            for out in (attention_explicit(q, k, v, causal, bias=bias), attention_fused(q, k, v, causal, bias=bias),
+                        attention_tiled(q, k, v, causal, block=16, bias=bias)):
+                assert (out - expected).abs().max() < 1e-10
+
+
+@pytest.mark.parametrize("impl", ["explicit", "fused", "tiled"])
+def test_alibi_attention_is_causal_with_loud_weights(impl):
+    att = MultiHeadAttention(16, 4, 2, positions="alibi", impl=impl)
+    with torch.no_grad():
+        for p in att.parameters():
+            p.mul_(5)                                    # large scores: a leak of the future would be visible
+    x = torch.randn(2, 12, 16)
+    base = att(x)
+    for t in (0, 5, 11):
+        other = x.clone()
+        other[:, t] += 3 * torch.randn(2, 16)
+        out = att(other)
+        assert torch.equal(out[:, :t], base[:, :t]), (impl, t)       # the past does not move at all
+        assert (out[:, t] - base[:, t]).abs().max() > 1e-3
+
+
+def test_alibi_mha_adds_the_bias_of_each_query_head_under_gqa():
+    gqa, mha = gqa_and_mha(positions="alibi", impl="explicit")
+    x = torch.randn(1, 9, 16)
+    assert torch.allclose(gqa(x), mha(x), atol=1e-12)
+    # written out: query head h gets slope m_h (4 slopes, not one per key/value head)
+    q, k, v = gqa.project(x)
+    k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    o = alibi_reference(q, k, v, -alibi_slopes(4)[:, None, None] * (torch.arange(9)[:, None] - torch.arange(9)))
+    assert torch.allclose(gqa(x), gqa.out(gqa.merge_heads(o)), atol=1e-12)
+    assert not torch.allclose(gqa(x), gqa.out(gqa.merge_heads(alibi_reference(q, k, v, 0.0))), atol=1e-3)

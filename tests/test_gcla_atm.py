@@ -11,7 +11,7 @@ from minwiola import atm
 from minwiola.attention import KVCache, MultiHeadAttention
 from minwiola.gcla import GCLA, GCLACache, context_attention, layer_contexts, summarize
 from minwiola.model import LanguageModel, preset
-from minwiola.positions import rotate
+from minwiola.positions import alibi_bias, alibi_slopes, rotate
 
 pytestmark = pytest.mark.usefixtures("float64")
 
@@ -189,21 +189,29 @@ def test_atm_layers_are_the_middle_third():
     assert list(atm.atm_layers(1)) == [0]
 
 
-def test_copy_forward_attention_keeps_original_positions():
-    """A kept slot's output equals full-length attention (original positions) with second members' keys masked."""
+@pytest.mark.parametrize("positions", ["srpe", "alibi"])
+@pytest.mark.parametrize("impl", ["fused", "tiled"])
+def test_copy_forward_attention_keeps_original_positions(positions, impl):
+    """A kept slot's output equals full-length attention (original positions) with second members' keys masked.
+    For ALiBi (lesson 12): the bias of the original offsets, -m_h (t - t'), not of the slots' offsets."""
     torch.manual_seed(5)
-    layer = MultiHeadAttention(24, 3, positions="srpe", max_len=64).double()
+    layer = MultiHeadAttention(24, 3, positions=positions, max_len=64, impl=impl).double()
     h = torch.randn(2, 20, 24)
     slot = atm.merge_plan(torch.rand(2, 19) * 2 - 1, 0.2)
-    merged, positions = atm.merge(h, slot, "copy-forward")
-    ours = atm.unmerge(layer(merged, positions=positions), slot)
+    merged, positions_kept = atm.merge(h, slot, "copy-forward")
+    assert merged.shape[1] < 20                                     # merging really happened
+    ours = atm.unmerge(layer(merged, positions=positions_kept), slot)
     q, k, v = layer.project(h)
-    cos, sin = layer.coefficients(0, 20)
-    q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+    bias = 0.0
+    if positions == "alibi":
+        bias = alibi_bias(alibi_slopes(3), 20)
+    else:
+        cos, sin = layer.coefficients(0, 20)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
     second = torch.zeros_like(slot, dtype=torch.bool)
     second[:, 1:] = slot[:, 1:] == slot[:, :-1]
     allowed = torch.ones(20, 20, dtype=torch.bool).tril()[None] & ~second[:, None, :]
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(layer.d_h)).masked_fill(~allowed[:, None], -math.inf)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(layer.d_h) + bias).masked_fill(~allowed[:, None], -math.inf)
     o = torch.softmax(scores, -1) @ v
     reference = layer.out(layer.merge_heads(o))
     for b in range(2):

@@ -67,6 +67,48 @@ def test_cached_decoding_matches_the_full_forward(name, attention):
     assert (chunks - full).abs().max() < 1e-10
 
 
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2", "wiola-tiny"])
+@pytest.mark.parametrize("attention", ["explicit", "fused", "tiled"])
+def test_alibi_models_are_causal_and_cached_decoding_matches_the_full_forward(name, attention):
+    """ALiBi (lesson 12) with GQA (tiny-llama, wiola-tiny), biases and no GQA (tiny-gpt2), GCLA (wiola-tiny)."""
+    model = big_model(name, positions="alibi", attention=attention)
+    assert not hasattr(model, "pos") and not hasattr(model, "pos_table")       # no position embedding
+    assert all(b.attn.alibi and not b.attn.rope for b in model.blocks)         # a bias, no rotation
+    x = ids(model, T=20)
+    y = x.clone()
+    y[:, 12] = (y[:, 12] + 1) % model.config.vocab_size                        # a future token for 0..11
+    full, other = model(x), model(y)
+    assert torch.equal(full[:, :12], other[:, :12]) and (full[:, 12] - other[:, 12]).abs().max() > 1e-3
+    cache = model.new_cache()
+    steps = torch.cat([model(x[:, t:t + 1], cache) for t in range(x.shape[1])], dim=1)
+    assert (steps - full).abs().max() < 1e-10
+    cache = model.new_cache()
+    chunks = torch.cat([model(x[:, :7], cache), model(x[:, 7:13], cache), model(x[:, 13:], cache)], dim=1)
+    assert (chunks - full).abs().max() < 1e-10
+    rope = big_model(name, positions="rope", attention=attention)               # the same weights, rotated
+    assert (rope(x) - full).abs().max() > 1e-3
+
+
+def test_an_alibi_model_trains_and_has_no_position_parameters():
+    from minwiola.budget import count_params
+    cfg = preset("tiny-llama", positions="alibi")
+    torch.manual_seed(0)
+    model = LanguageModel(cfg)
+    assert count_params(cfg) == model.n_params() == LanguageModel(preset("tiny-llama", positions="none")).n_params()
+    assert count_params(preset("tiny-gpt2", positions="alibi")) == LanguageModel(
+        preset("tiny-gpt2", positions="alibi")).n_params() == count_params(preset("tiny-gpt2")) - 32 * 24
+    x = ids(model, B=4, T=32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(20):
+        loss = model.loss(x[:, :-1], x[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] - 0.5, losses
+
+
 def test_post_norm_and_sinusoidal_variants_are_causal_and_cacheable():
     model = big_model("tiny-gpt2", norm_position="post", positions="sinusoidal")
     x = ids(model, T=16)
@@ -118,7 +160,7 @@ def test_bad_configs_name_the_field():
     with pytest.raises(ValueError, match="norm must be one of"):
         ModelConfig(norm="batchnorm")
     with pytest.raises(ValueError, match="positions must be one of"):
-        ModelConfig(positions="alibi")
+        ModelConfig(positions="xpos")
     with pytest.raises(ValueError, match="d=70 must be divisible by n_heads=4"):
         ModelConfig(d=70, n_heads=4)
     with pytest.raises(ValueError, match="d=64 must be divisible by 3 \\* n_heads = 12"):
