@@ -25,23 +25,21 @@ so the script can be killed and started again. results/ablation.json (and ablati
 run, so a partial result is never lost.
 """
 import argparse
-import dataclasses
 import json
 import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-from common import ROOT, commit, hardware  # noqa: E402 (benchmarks/common.py)
+from common import ROOT, commit, hardware, train_or_reuse  # noqa: E402 (benchmarks/common.py)
 from train_runs import best_eval  # noqa: E402
 
 from minwiola import atm, data  # noqa: E402
 from minwiola.budget import count_params, training_flops  # noqa: E402
 from minwiola.generate import load_model  # noqa: E402
-from minwiola.train import TrainConfig, Trainer, read_metrics  # noqa: E402
+from minwiola.train import TrainConfig, read_metrics  # noqa: E402
 
 BASE = "llama-style"
 # DSFF at llama-style's parameter count: per layer 3 d d_A + 2 d d_B + 2 d^2 (the gate W_f) = 3 d 176 (SwiGLU's
@@ -84,15 +82,7 @@ def train(name: str, parts: list[str], lr: float, seed: int, tau: float | None, 
                       block_size=args.block_size, lr=lr, seed=seed, eval_every=args.eval_every,
                       sample_tokens=60)
     out = Path(args.runs) / f"{name.replace(' ', '_')}-lr{lr:g}-s{seed}"
-    if (out / "loss.png").exists():                     # finished: reused if it is this experiment
-        held = json.loads((out / "config.json").read_text())["train"]
-        if held != json.loads(json.dumps(dataclasses.asdict(cfg))):
-            raise SystemExit(f"{out} holds a run with other settings; move it away or pass other --runs")
-    else:
-        resume = (out / "checkpoint").exists() or (out / "checkpoint.old").exists()
-        start = time.perf_counter()
-        Trainer(cfg, out, resume=resume, overwrite=not resume, progress=False, quiet=True).run()
-        print(f"{out.name}: {time.perf_counter() - start:.0f} s", flush=True)
+    train_or_reuse(cfg, out)
     run = best_eval(out)
     evals = [r for r in read_metrics(out) if "valid_nats_per_token" in r]
     run["final_nats_per_token"] = evals[-1]["valid_nats_per_token"]

@@ -1,8 +1,11 @@
 """What every benchmark shares: the repository's root, the machine a result was measured on, and the commit that
 measured it. Benchmarks run as scripts (`python benchmarks/NAME.py`), so Python finds this file beside them."""
+import dataclasses
+import json
 import os
 import platform
 import subprocess
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,3 +28,19 @@ def commit() -> str:
     """The repository's commit (short hash), for a result file to name the code that made it."""
     out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return out.stdout.strip() or "unknown"
+
+
+def train_or_reuse(cfg, out: Path) -> Path:
+    """Train the run `cfg` (a minwiola.train.TrainConfig) into `out`, resume it if it stopped, or reuse it if it
+    finished with these very settings (SystemExit if `out` holds another run): how long sweeps survive a kill."""
+    from minwiola.train import Trainer
+    if (out / "loss.png").exists():                     # finished: reused if it is this experiment
+        held = json.loads((out / "config.json").read_text())["train"]
+        if held != json.loads(json.dumps(dataclasses.asdict(cfg))):
+            raise SystemExit(f"{out} holds a run with other settings; move it away or pass other --runs")
+        return out
+    resume = (out / "checkpoint").exists() or (out / "checkpoint.old").exists()
+    start = time.perf_counter()
+    Trainer(cfg, out, resume=resume, overwrite=not resume, progress=False, quiet=True).run()
+    print(f"{out.name}: {time.perf_counter() - start:.0f} s", flush=True)
+    return out

@@ -1,23 +1,13 @@
 """benchmarks/ablation.py's design (issue 15): every part in both directions, DSFF at equal parameters, the rule."""
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from conftest import benchmark
 
 from minwiola.budget import count_params
 from minwiola.model import preset
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def ablation():
-    if str(ROOT / "benchmarks") not in sys.path:
-        sys.path.append(str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("ablation", ROOT / "benchmarks" / "ablation.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark("ablation")
 
 
 def test_every_part_is_added_alone_and_removed_from_the_full_wiola():

@@ -5,6 +5,7 @@ import tomllib
 from pathlib import Path
 
 import yaml
+from conftest import benchmark
 
 from minwiola import quick_mode
 from minwiola.lesson import check_environment, requirements
@@ -97,18 +98,6 @@ def test_readme_benchmark_numbers_come_from_results():
 
 def train_runs():
     return benchmark("train_runs")
-
-
-def benchmark(name: str):
-    """benchmarks/NAME.py as a module."""
-    import importlib.util
-    import sys
-    if str(ROOT / "benchmarks") not in sys.path:
-        sys.path.append(str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_readme_ablation_table_comes_from_results():
