@@ -226,3 +226,13 @@ def test_readme_names_the_hardware_of_the_training_results():
         result = json.loads((ROOT / "results" / f"{name}.json").read_text())
         block = README.split(f"`results/{name}.json`", 1)[1][:400]
         assert result["hardware"] in block, f"README names other hardware than results/{name}.json"
+
+
+def test_readme_extrapolation_table_comes_from_results():
+    import statistics
+    r = json.loads((ROOT / "results" / "extrapolation.json").read_text())
+    assert f"gathered by `{r['command']}`" in README and r["data"].startswith("TinyStories sample")
+    for name, a in r["encodings"].items():
+        at_L = statistics.mean(s["nats_per_token_at_L"] for s in a["seeds"].values())
+        assert (f"| {name} | {len(a['seeds'])} | {a['gap']:+.3f} | {a['spread']:.3f} | {a['verdict']} | "
+                f"{at_L:.3f} |") in README, name
