@@ -1,6 +1,6 @@
 """benchmarks/ablation.py's design (issue 15): every part in both directions, DSFF at equal parameters, the rule."""
 import pytest
-from conftest import benchmark
+from load_benchmark import benchmark
 
 from minwiola.budget import count_params
 from minwiola.model import preset

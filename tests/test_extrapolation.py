@@ -2,7 +2,7 @@
 trained one on trained lengths, the loss per position, the stated rule."""
 import pytest
 import torch
-from conftest import benchmark
+from load_benchmark import benchmark
 
 from minwiola.budget import count_params
 from minwiola.model import LanguageModel, preset

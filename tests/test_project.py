@@ -5,7 +5,7 @@ import tomllib
 from pathlib import Path
 
 import yaml
-from conftest import benchmark
+from load_benchmark import benchmark
 
 from minwiola import quick_mode
 from minwiola.lesson import check_environment, requirements
