@@ -113,28 +113,54 @@ def verdict(gaps: list[float], threshold: float) -> dict:
     return {"gap": mean, "spread": spread, "verdict": word}
 
 
-def plot(result: dict, path: Path) -> None:
+def plot(result: dict, path: Path | None = None):
+    """Loss against position for every encoding (left), and each one's loss minus ALiBi's at the same position
+    (right: every encoding is evaluated on the same windows, so the noise of the windows cancels). The left panel's
+    height is set by the encodings that stay within 1.5 nats of their loss before L; one that climbs higher runs off
+    the top, and its name says so. Saved to `path` if given; the figure is returned."""
     import matplotlib
-    matplotlib.use("Agg")
+    if path is not None:
+        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     L = result["block_size"]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for name, arm in result["encodings"].items():
-        curves = [s["loss_by_position"] for s in arm["seeds"].values()]
-        mean = np.mean(curves, axis=0)
-        k = max(1, len(mean) // 128)                                  # smooth over k positions for reading
-        smooth = np.convolve(mean, np.ones(k) / k, mode="valid")
-        ax.plot(np.arange(len(smooth)) + k // 2, smooth, label=f"{name} ({len(curves)} seed{'s' * (len(curves) > 1)})")
-    ax.axvline(L, color="k", ls=":", lw=1)
-    ax.text(L, ax.get_ylim()[1], " training length", va="top", fontsize=8)
-    ax.set_xscale("log")
-    ax.set_xlabel("position in the window (tokens)")
-    ax.set_ylabel("held-out loss (nats/token), mean over windows and seeds")
-    ax.set_title(f"Loss against position, trained at L = {L}; {result['data']}", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
+    means = {name: np.mean([s["loss_by_position"] for s in arm["seeds"].values()], axis=0)
+             for name, arm in result["encodings"].items()}
+    k = max(1, len(next(iter(means.values()))) // 128)                # smooth over k positions for reading
+    smooth = {name: np.convolve(m, np.ones(k) / k, mode="valid") for name, m in means.items()}
+    x = np.arange(len(next(iter(smooth.values())))) + k // 2
+    tame = [s for name, s in smooth.items() if result["encodings"][name]["gap"] < 1.5]
+    top = max(s.max() for s in tame or smooth.values()) + 0.2
+    reference = "alibi" if "alibi" in means else None
+    fig, axes = plt.subplots(1, 2 if reference else 1, figsize=(13 if reference else 8, 4.8), squeeze=False)
+    left, right = axes[0, 0], axes[0, -1]
+    for name, s in smooth.items():
+        seeds = len(result["encodings"][name]["seeds"])
+        off = " (off the top past L)" if s.max() > top else ""
+        line, = left.plot(x, s, label=f"{name} ({seeds} seed{'s' * (seeds > 1)}){off}")
+        if reference and name != reference:
+            diff = np.convolve(means[name] - means[reference], np.ones(k) / k, mode="valid")
+            right.plot(x, diff, color=line.get_color(), label=name + (" (off the top)" if off else ""))
+    left.set_ylim(top=top)
+    left.set_ylabel("held-out loss (nats/token), mean over windows and seeds")
+    left.set_title(f"Loss against position, trained at L = {L}", fontsize=9)
+    left.legend(fontsize=7, ncol=2, loc="lower left")
+    if reference:
+        right.axhline(0, color="grey", lw=0.8)
+        right.set_ylim(-0.3, top - min(s.min() for s in tame or smooth.values()))
+        right.set_ylabel(f"loss minus {reference}'s at the same position (nats/token)")
+        right.set_title(f"The same, relative to {reference} (the same windows)", fontsize=9)
+        right.legend(fontsize=7, ncol=2, loc="upper left")
+    for ax in {left, right}:
+        ax.axvline(L, color="k", ls=":", lw=1)
+        ax.text(L, ax.get_ylim()[1], " training length", va="top", fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlabel("position in the window (tokens)")
+    fig.suptitle(result["data"], fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    if path is not None:
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 """Self-checks for lesson 12's exercises: ALiBi's score bias (slopes for any number of heads, queries that are the
-last T_q of T_k positions), and which RoPE pairs never complete a turn within the training length. Each is compared
+last T_q of T_k positions), the training length at which every RoPE pair completes a turn, and which rows of a
+learned table a set of training windows reaches (measured by backward passes). Each is compared
 with `minwiola.positions`. A function that still returns None is "not attempted yet". Solutions:
 `solutions/lesson12.py` (look after trying)."""
 import math
@@ -7,6 +8,7 @@ import math
 import torch
 
 from exercises import attempted
+from minwiola.model import LanguageModel, preset
 from minwiola.positions import alibi_bias, alibi_slopes, rope_frequencies
 
 F64 = torch.float64
@@ -38,28 +40,59 @@ def check_1(my_alibi_bias) -> None:
     print("Exercise 1: correct (ALiBi's bias -m_h (i - j), slopes for any H, queries after a cache)")
 
 
-def first_unseen(d_h: int, theta0: float, L: int) -> int:
-    """The first pair j whose largest trained angle (L - 1) w_j is below one turn (d_h // 2 if none)."""
-    short = ((L - 1) * rope_frequencies(d_h, theta0) < 2 * math.pi).nonzero()
-    return int(short[0]) if len(short) else d_h // 2
-
-
-def check_2(last_trained_turn) -> None:
-    """last_trained_turn(d_h, theta0, L) -> int: the first RoPE pair that does not complete a turn within L."""
-    if not attempted(last_trained_turn(16, 10000.0, 128), 2):
+def check_2(full_turn_length) -> None:
+    """full_turn_length(d_h, theta0) -> int: the shortest training length L whose positions 0 .. L-1 take every RoPE
+    pair through at least one full turn, (L - 1) w_j >= 2 pi for every j."""
+    if not attempted(full_turn_length(16, 10000.0), 2):
         return
-    for d_h, theta0, L in ((16, 10000.0, 128), (16, 1e6, 128), (64, 10000.0, 2048), (8, 10000.0, 32),
-                           (128, 500000.0, 8192), (16, 10000.0, 7), (4, 2.0, 100)):
-        got, want = last_trained_turn(d_h, theta0, L), first_unseen(d_h, theta0, L)
+    for d_h, theta0 in ((16, 10000.0), (16, 1e6), (64, 10000.0), (8, 10000.0), (128, 500000.0), (4, 2.0), (2, 1e4)):
+        got = full_turn_length(d_h, theta0)
         w = rope_frequencies(d_h, theta0)
-        detail = "" if want >= d_h // 2 else (f"pair {want} reaches (L - 1) w_{want} = {(L - 1) * w[want].item():.4g} "
-                                              f"rad < 2 pi")
-        assert isinstance(got, int) and not isinstance(got, bool), (f"d_h={d_h}, theta0={theta0:g}, L={L}: expected an "
-                                                                     f"int, got {got!r}")
-        assert got == want, (f"d_h={d_h}, theta0={theta0:g}, L={L}: got pair {got}, expected {want} ({detail}; the "
-                             f"positions are 0 .. L-1, w_j = theta0^(-2j/d_h), a turn is 2 pi radians; return d_h/2 "
-                             f"when every pair turns)")
-    print("Exercise 2: correct (the first RoPE pair that never completes a turn within the training length)")
+        case = f"d_h={d_h}, theta0={theta0:g}"
+        assert isinstance(got, int) and not isinstance(got, bool), f"{case}: expected an int, got {got!r}"
+        turns = lambda length: ((length - 1) * w >= 2 * math.pi)         # which pairs complete a turn within length
+        if not turns(got).all():
+            j = int((~turns(got)).nonzero()[0])
+            raise AssertionError(f"{case}: L = {got} is too short: pair {j} (w_{j} = {w[j].item():.4g} rad per token) "
+                                 f"reaches only (L - 1) w_{j} = {(got - 1) * w[j].item():.4g} rad < 2 pi. The slowest "
+                                 f"pair decides; the largest position within L is L - 1")
+        assert got == 1 or not turns(got - 1).all(), (
+            f"{case}: L = {got} works, but so does L = {got - 1}: the shortest length is asked for (round up, once)")
+    print("Exercise 2: correct (the training length at which every RoPE angle has been seen)")
 
 
-EXERCISES = {1: "my_alibi_bias", 2: "last_trained_turn"}
+def trained_rows(lengths: list[int], context: int) -> torch.Tensor:
+    """Measured, not predicted: one backward pass per window of each length through a model with a learned table
+    of `context` rows, counting the windows that give each row a non-zero gradient."""
+    torch.manual_seed(0)
+    model = LanguageModel(preset("tiny-gpt2", context=context, dropout=0.0))
+    counts = torch.zeros(context, dtype=torch.int64)
+    for n in lengths:
+        model.zero_grad()
+        ids = torch.randint(0, model.config.vocab_size, (1, n + 1))
+        model.loss(ids[:, :-1], ids[:, 1:]).backward()
+        counts += (model.pos.weight.grad != 0).any(dim=1).long()
+    return counts
+
+
+def check_3(row_updates) -> None:
+    """row_updates(lengths, context) -> (context,) int64: how many training windows reach each row of a learned
+    table, against a real backward pass per window (`trained_rows`)."""
+    if not attempted(row_updates([3, 5], 8), 3):
+        return
+    for lengths, context in (([3, 5], 8), ([8, 8, 8], 8), ([1, 2, 7, 4, 4], 10), ([6], 16), ([12, 3, 9, 1], 12)):
+        got, want = row_updates(lengths, context), trained_rows(lengths, context)
+        case = f"lengths={lengths}, context={context}"
+        if not isinstance(got, torch.Tensor):
+            raise AssertionError(f"{case}: expected a tensor, got {type(got).__name__}")
+        assert tuple(got.shape) == (context,), f"{case}: shape {tuple(got.shape)}, expected (context,) = ({context},)"
+        bad = (got.long() != want).nonzero()
+        if len(bad):
+            p = int(bad[0])
+            raise AssertionError(f"{case}: row {p} counted {int(got[p])} windows, measured {int(want[p])} (a backward "
+                                 f"pass per window). A window of n tokens has positions 0 .. n-1, so it reaches row p "
+                                 f"only when n > p")
+    print("Exercise 3: correct (a row is trained only by windows longer than its position)")
+
+
+EXERCISES = {1: "my_alibi_bias", 2: "full_turn_length", 3: "row_updates"}

@@ -15,12 +15,17 @@ def my_alibi_bias(H, T_q, T_k):
     return -slopes[:, None, None] * (i - j)
 
 
-def last_trained_turn(d_h, theta0, L):
+def full_turn_length(d_h, theta0):
     w = theta0 ** (-2.0 * torch.arange(d_h // 2, dtype=torch.float64) / d_h)
-    for j in range(d_h // 2):
-        if (L - 1) * w[j] < 2 * math.pi:                         # the largest angle trained: position L - 1
-            return j
-    return d_h // 2
+    slowest = w[-1].item()                                       # the last pair turns slowest
+    return math.ceil(2 * math.pi / slowest) + 1                  # (L - 1) w >= 2 pi, L the smallest such int
+
+
+def row_updates(lengths, context):
+    counts = torch.zeros(context, dtype=torch.int64)
+    for n in lengths:
+        counts[:n] += 1                                          # positions 0 .. n-1 of a window of n tokens
+    return counts
 
 
 def _queries_first(H, T_q, T_k):                                 # queries at 0 .. T_q - 1: wrong after a cache
@@ -30,6 +35,6 @@ def _queries_first(H, T_q, T_k):                                 # queries at 0 
 
 WRONG = {
     "my_alibi_bias": _queries_first,
-    "last_trained_turn": lambda d_h, theta0, L: next(                            # forgot the 2 pi: one radian
-        (j for j in range(d_h // 2) if (L - 1) * theta0 ** (-2 * j / d_h) < 1), d_h // 2),
+    "full_turn_length": lambda d_h, theta0: math.ceil(2 * math.pi / theta0 ** (-2 * (d_h // 2 - 1) / d_h)),  # no + 1
+    "row_updates": lambda lengths, context: torch.tensor([sum(n >= p for n in lengths) for p in range(context)]),
 }
