@@ -11,8 +11,8 @@ def my_alibi_bias(H, T_q, T_k):
     n = 2 ** math.floor(math.log2(H))
     slopes = torch.cat([geometric(n), geometric(2 * n)[0::2][:H - n]])   # H = n: the second part is empty
     i = torch.arange(T_k - T_q, T_k, dtype=torch.float64)[:, None]      # the queries are the last T_q positions
-    j = torch.arange(T_k, dtype=torch.float64)[None, :]
-    return -slopes[:, None, None] * (i - j)
+    k = torch.arange(T_k, dtype=torch.float64)[None, :]                 # key column k at position k
+    return -slopes[:, None, None] * (i - k)                      # every (i, k), k > i included
 
 
 def full_turn_length(d_h, theta0):
