@@ -1,5 +1,5 @@
-"""Accounting: parameters, FLOPs per token and KV-cache memory, by component (lessons 08-10; Wiola eqs. 33,
-38-41, section X).
+"""Accounting: parameters, FLOPs per token and KV-cache / SSM-state memory, by component (lessons 08-10 and 13;
+Wiola eqs. 33, 38-41, section X).
 
 Parameters are counted from the config alone (no model is built) and a test checks the count against an
 instantiated model for every preset (the large ones on the meta device, where no memory is allocated).
@@ -9,8 +9,14 @@ sequence of T tokens, forward pass only (training is about 3x: the backward cost
 attention core is counted the way Wiola's eq. 39 counts it, every query against all T keys (4 T H d_h per token:
 q k^T and the weighted sum of values); a kernel that skips the masked half does about half of that. Norms,
 softmax, activations and rotations are left out (O(d) per token, next to the O(d^2) products).
+
+A state-space mixer (mixer="ssm", `ssm.py`) is counted the way it runs in training: kind="s4d" by its kernel and an
+FFT convolution (O(d (N + log T)) per token: no term grows with T like attention's core), kind="selective" by the
+scan (O(d N) per token). Its decoding memory is `state_bytes`, constant in T, next to `kv_cache_bytes`.
 """
 from __future__ import annotations
+
+import math
 
 from .atm import atm_layers
 from .gcla import LAMBDA
@@ -22,11 +28,27 @@ def norm_params(cfg: ModelConfig) -> int:
     return {"layernorm": 2, "rmsnorm": 1, "wiola": 2}[cfg.norm] * cfg.d
 
 
+def ssm_params(cfg: ModelConfig) -> dict[str, int]:
+    """Parameters of one SSM mixer (`ssm.SSM`), by part: W_in (d -> 2d) and W_out (d -> d), with biases if
+    attn_bias; then for "s4d" per channel N/2 complex a_n (two numbers each), N/2 complex c_n (two each), log Delta
+    and D: 2N + 2; for "selective" W_Delta, W_B, W_C (d -> d + 2N) and per channel N real a_n, a Delta bias and D."""
+    d, N, ab = cfg.d, cfg.ssm_state, int(cfg.attn_bias)
+    out = {"SSM projections W_in, W_out": 3 * d * d + ab * 3 * d}
+    if cfg.ssm_kind == "s4d":
+        out["SSM system (A, C, Delta, D)"] = d * (2 * N + 2)
+    else:
+        out["SSM selection W_Delta, W_B, W_C"] = d * (d + 2 * N)
+        out["SSM system (A, Delta bias, D)"] = d * (N + 2)
+    return out
+
+
 def layer_params(cfg: ModelConfig) -> dict[str, int]:
     """Parameters of one decoder layer, by component."""
+    if cfg.mixer == "ssm":
+        return {**ssm_params(cfg), **ffn_and_norms(cfg)}
     d, H = cfg.d, cfg.n_heads
     H_kv, d_h = cfg.H_kv, cfg.d_h
-    ab, fb = int(cfg.attn_bias), int(cfg.ffn_bias)
+    ab = int(cfg.attn_bias)
     if cfg.qkv == "unified":
         attention = d * d + ab * d + H * d_h * d + ab * d               # one d -> d projection, W_O: d/3 -> d
     else:
@@ -36,7 +58,13 @@ def layer_params(cfg: ModelConfig) -> dict[str, int]:
         out["GCLA gate W_gate"] = d * H * d_h + ab * H * d_h
         out["GCLA context W_K^ctx, W_V^ctx"] = 2 * (d * H_kv * d_h + ab * H_kv * d_h)
         out["GCLA blend phi"] = 1
-    h = cfg.hidden
+    return {**out, **ffn_and_norms(cfg)}
+
+
+def ffn_and_norms(cfg: ModelConfig) -> dict[str, int]:
+    """Parameters of one layer's feed-forward and its two norms."""
+    d, h, fb = cfg.d, cfg.hidden, int(cfg.ffn_bias)
+    out = {}
     if cfg.ffn == "dsff":
         d_A = cfg.d_ff_a or d
         out["DSFF streams"] = 3 * d * d_A + fb * (2 * d_A + d) + 2 * d * h + fb * (h + d)
@@ -88,14 +116,50 @@ def dsff_widths(cfg: ModelConfig, target: int, ratio: int = 3, multiple: int = 6
     return d_A, ratio * d_A
 
 
+def check_memory_args(T: int, bytes_per_number: int, batch: int) -> None:
+    if T < 0 or batch < 1 or bytes_per_number < 1:
+        raise ValueError(f"need T >= 0, batch >= 1 and bytes_per_number >= 1, got {T}, {batch}, {bytes_per_number}")
+
+
 def kv_cache_bytes(cfg: ModelConfig, T: int, bytes_per_number: int = 2, batch: int = 1) -> int:
     """KV-cache memory for T positions (Wiola eq. 38 done right): keys and values, L layers, H_kv heads of d_h
     numbers each, per position: 2 L H_kv d_h T b. Causal GCLA adds a running sum of d numbers per layer."""
-    if T < 0 or batch < 1 or bytes_per_number < 1:
-        raise ValueError(f"need T >= 0, batch >= 1 and bytes_per_number >= 1, got {T}, {batch}, {bytes_per_number}")
+    check_memory_args(T, bytes_per_number, batch)
+    if cfg.mixer != "attention":
+        raise ValueError(f"mixer={cfg.mixer!r} keeps no KV cache: its decoding memory is state_bytes(cfg)")
     keys_values = 2 * cfg.n_layers * cfg.H_kv * cfg.d_h * T
     summaries = cfg.n_layers * cfg.d if cfg.gcla == "causal" else 0
     return batch * (keys_values + summaries) * bytes_per_number
+
+
+def state_bytes(cfg: ModelConfig, bytes_per_number: int = 4, batch: int = 1) -> int:
+    """The decoding state of an SSM model (mixer="ssm"): per layer and sequence, d channels of N real numbers (for
+    "s4d" N/2 complex ones, two numbers each): L d N b, whatever the length T. The layer keeps it in float32 or
+    wider (`ssm.SSM.forward`), hence the default of 4 bytes a number."""
+    check_memory_args(0, bytes_per_number, batch)
+    if cfg.mixer != "ssm":
+        raise ValueError(f"state_bytes counts an SSM's state; mixer={cfg.mixer!r} keeps a KV cache: kv_cache_bytes")
+    return batch * cfg.n_layers * cfg.d * cfg.ssm_state * bytes_per_number
+
+
+def ssm_flops(cfg: ModelConfig, T: int) -> dict[str, float]:
+    """Forward FLOPs per token of one SSM mixer for sequences of T tokens.
+
+    Projections: W_in 2 d (2d), W_out 2 d d. kind="s4d", the convolutional view: the kernel's T entries per channel
+    are each a sum of N/2 complex products c_n b_n a_n^k (8 FLOPs a term: a complex multiply and add), made once per
+    sequence: 4 d N per token; the convolution takes three real FFTs of n = 2T points (u, K, and back; a real FFT
+    costs about 2.5 n log2 n) and n/2 + 1 complex products (6 each): d (15 log2(2T) + 6) per token. kind="selective":
+    W_Delta, W_B, W_C, 2 d (d + 2N), and per state number about 10 (ZOH's exp and expm1 counted as one each, the
+    update A_bar x + B_bar u, the read-out C x). The gate, D u and SiLU are O(d), left out."""
+    d, N = cfg.d, cfg.ssm_state
+    out = {"SSM projections W_in, W_out": 2 * d * 3 * d}
+    if cfg.ssm_kind == "s4d":
+        out["SSM kernel K (once per sequence)"] = 4 * d * N
+        out["SSM FFT convolution"] = d * (15 * math.log2(2 * T) + 6) if T else 0.0
+    else:
+        out["SSM selection W_Delta, W_B, W_C"] = 2 * d * (d + 2 * N)
+        out["SSM scan (ZOH per token, update, read-out)"] = 10 * d * N
+    return out
 
 
 def layer_flops(cfg: ModelConfig, T: int, mu: float = 0.0) -> dict[str, float]:
@@ -105,6 +169,8 @@ def layer_flops(cfg: ModelConfig, T: int, mu: float = 0.0) -> dict[str, float]:
     per-token cost in it shrinks by (1 - mu), and the core, whose per-token cost also grows with the number of
     keys, by (1 - mu)^2. The feed-forward runs at full length after unmerging.
     """
+    if cfg.mixer == "ssm":
+        return {**ssm_flops(cfg, T), **ffn_flops(cfg)}
     d, H = cfg.d, cfg.n_heads
     H_kv, d_h = cfg.H_kv, cfg.d_h
     keep = 1.0 - mu
@@ -120,6 +186,12 @@ def layer_flops(cfg: ModelConfig, T: int, mu: float = 0.0) -> dict[str, float]:
         # one per slot); the literal form projects Lambda summaries once per sequence
         per_token = keep if cfg.gcla == "causal" else 1.0 / T
         out["GCLA context projections (eqs. 24-25)"] = per_token * 2 * LAMBDA * 2 * d * H_kv * d_h
+    return {**out, **ffn_flops(cfg)}
+
+
+def ffn_flops(cfg: ModelConfig) -> dict[str, float]:
+    """Forward FLOPs per token of one layer's feed-forward (its products)."""
+    d, out = cfg.d, {}
     if cfg.ffn == "dsff":
         d_A = cfg.d_ff_a or d
         out["feed-forward"] = 2 * (3 * d * d_A + 2 * d * cfg.hidden)

@@ -7,7 +7,8 @@ A pre-norm block (GPT-2, LLaMA, Wiola eqs. 1-6 with plain parts) is
     x = x + Attention(Norm(x));   x = x + FFN(Norm(x))
 
 and a post-norm block (the original Transformer) is x = Norm(x + Attention(x)); x = Norm(x + FFN(x)). The head
-is tied to the embedding: logits = h E^T (Wiola eq. 7), so the V x d table is stored once.
+is tied to the embedding: logits = h E^T (Wiola eq. 7), so the V x d table is stored once. The token mixer is
+attention (or GCLA), or with mixer="ssm" a state-space layer (`ssm.SSM`, lesson 13) in the same place.
 
 Every choice is a field of `ModelConfig`; an ablation is a different config, never a different model class.
 """
@@ -33,6 +34,7 @@ from .ffn import DSFF, FFNS, make_ffn, swiglu_hidden
 from .gcla import GCLA, QUERIES, SUMMARIES, layer_contexts, summarize
 from .norm import NORMS, make_norm
 from .positions import POSITIONS, check_srpe, sinusoidal
+from .ssm import KINDS as SSM_KINDS, SSM
 
 
 @functools.cache
@@ -73,7 +75,8 @@ def check_field_types(config, may_be_infinite: set[str] = frozenset()) -> None:
 
 # Fields added after models were shipped and runs saved; a config.json without them means their default, which is
 # what those models were built with.
-ADDED_LATER = {"srpe_radius", "norm_eps"}
+ADDED_LATER = {"srpe_radius", "norm_eps", "mixer", "ssm_state", "ssm_kind"}
+MIXERS = ("attention", "ssm")
 
 
 @dataclass
@@ -116,15 +119,21 @@ class ModelConfig:
     atm_tau: float = 0.92           # ATM's cosine threshold tau
     tie_head: bool = True           # the head reuses the embedding (Wiola eq. 7); False gives it its own V x d matrix
                                     # (LLaMA-2, Mistral)
+    mixer: str = "attention"        # the token mixer: "attention" or "ssm" (a state-space layer, lesson 13: no heads,
+                                    # no positions inside, a fixed-size decoding state; attn_bias gives its
+                                    # projections biases)
+    ssm_state: int = 16             # N, the state size of each channel of the SSM (even for "s4d": N/2 complex modes)
+    ssm_kind: str = "s4d"           # "s4d" (fixed diagonal system, trained by FFT convolution) or "selective"
+                                    # (Mamba-style: step, B and C depend on the token; trained by the scan)
 
     def __post_init__(self):
         choices = {"ffn": FFNS, "norm": NORMS, "norm_position": ("pre", "post"), "positions": POSITIONS,
                    "qkv": QKV, "attention": IMPLS, "gcla": ("off", *SUMMARIES), "gcla_query": QUERIES,
-                   "atm": ("off", *atm.KINDS)}
+                   "atm": ("off", *atm.KINDS), "mixer": MIXERS, "ssm_kind": SSM_KINDS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        for name in ("vocab_size", "context", "d", "n_layers", "n_heads", "n_kv_heads", "d_ff", "d_ff_a"):
+        for name in ("vocab_size", "context", "d", "n_layers", "n_heads", "n_kv_heads", "d_ff", "d_ff_a", "ssm_state"):
             value = getattr(self, name)
             if value is None and name in ("n_kv_heads", "d_ff", "d_ff_a"):
                 continue
@@ -141,7 +150,10 @@ class ModelConfig:
                    self.context if self.positions == "srpe" else None)   # "offset": radii bounded over the context
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        head_shape(self.d, self.n_heads, self.n_kv_heads, self.qkv)         # the heads' divisibility rules
+        if self.mixer == "ssm":
+            self.check_ssm()
+        else:
+            head_shape(self.d, self.n_heads, self.n_kv_heads, self.qkv)     # the heads' divisibility rules
         if self.gcla != "off" and self.qkv != "separate":
             raise ValueError("gcla needs qkv='separate' (its context keys are grouped like the self-attention's)")
         if self.atm != "off" and self.norm_position != "pre":
@@ -150,6 +162,20 @@ class ModelConfig:
             raise ValueError(f"atm_tau is a cosine threshold in [-1, 1], got {self.atm_tau}")
         if self.positions == "sinusoidal" and self.d % 2:
             raise ValueError(f"positions='sinusoidal' needs an even d, got {self.d}")
+
+    def check_ssm(self) -> None:
+        """mixer="ssm" refuses what only attention has: positions applied inside the mixer (an SSM reads order from
+        its scan; absolute positions added to the embedding still work), GCLA, ATM and a unified QKV projection.
+        The head fields (n_heads, n_kv_heads, attention) are not used."""
+        if self.positions in ("rope", "srpe", "alibi"):
+            raise ValueError(f"mixer='ssm' has no attention scores to rotate or bias: positions={self.positions!r} "
+                             "does not apply; use positions='none' (the scan knows the order of the tokens)")
+        for name, off in (("gcla", "off"), ("atm", "off"), ("qkv", "separate")):
+            if getattr(self, name) != off:
+                raise ValueError(f"mixer='ssm' needs {name}={off!r} ({name} is a part of attention), got "
+                                 f"{getattr(self, name)!r}")
+        if self.ssm_kind == "s4d" and self.ssm_state % 2:
+            raise ValueError(f"ssm_state={self.ssm_state} must be even for ssm_kind='s4d' (N/2 complex modes)")
 
     @property
     def H_kv(self) -> int:
@@ -181,6 +207,11 @@ PRESETS: dict[str, dict] = {
     # LLaMA's recipe at Yocto's scale: RMSNorm, SwiGLU of 8d/3, RoPE, no biases.
     "llama-style": dict(vocab_size=4096, context=512, d=64, n_layers=4, n_heads=4, ffn="swiglu",
                         norm="rmsnorm", positions="rope", qkv="separate"),
+    # The same recipe with an S4D state-space mixer (N = 16) in place of attention, and no positions. The mixer
+    # holds 3d^2 + 2d + 2dN = 14,464 parameters a layer, attention 4d^2 = 16,384; a SwiGLU of d_ff = 186 (not 176)
+    # gives the 4 x 1,920 back, so both hold exactly 463,424 parameters (lesson 13's like-for-like comparison).
+    "ssm-llama-style": dict(vocab_size=4096, context=512, d=64, n_layers=4, ffn="swiglu", d_ff=186, norm="rmsnorm",
+                            positions="none", mixer="ssm", ssm_state=16),
     # The Wiola family (lesson 10). The paper states only wiola-360m's d, L, V, H, H_kv; its size tables are lost.
     # The other shapes are ours in the same spirit (d_h = 64, H_kv = H/4, L growing with d), and every DSFF pair
     # (d_A, d_B = 3 d_A) is what `budget.dsff_widths` derives for the nominal size (tested).
@@ -216,6 +247,8 @@ PRESETS: dict[str, dict] = {
                        norm="rmsnorm", positions="rope"),
     "wiola-tiny": dict(vocab_size=64, context=32, d=24, n_layers=3, n_heads=4, n_kv_heads=2, ffn="dsff",
                        d_ff_a=24, d_ff=48, **WIOLA),
+    "tiny-ssm": dict(vocab_size=64, context=32, d=24, n_layers=2, ffn="swiglu", norm="rmsnorm", positions="none",
+                     mixer="ssm", ssm_state=8),
     "tiny-yocto": dict(vocab_size=64, context=32, d=24, n_layers=2, n_heads=2, d_ff=96, ffn="gelu",
                        ffn_bias=True, norm="layernorm", positions="rope", qkv="unified"),
 }
@@ -235,6 +268,8 @@ def preset(name: str, **overrides) -> ModelConfig:
 def make_mixer(cfg: ModelConfig) -> nn.Module:
     """The token mixer the config asks for, the one place a block's mixer is chosen. Every mixer takes
     `(x, *, context, cache, positions)` and makes its own decoding state with `new_cache(max_len)`."""
+    if cfg.mixer == "ssm":
+        return SSM(cfg.d, cfg.ssm_state, cfg.ssm_kind, bias=cfg.attn_bias)
     inside = cfg.positions if cfg.positions in ATTENTION_POSITIONS else "none"   # absolute ones are added outside
     options = dict(positions=inside, bias=cfg.attn_bias, max_len=cfg.context, rope_theta=cfg.rope_theta,
                    impl=cfg.attention, srpe=(cfg.srpe_k, cfg.srpe_a, cfg.srpe_f), srpe_radius=cfg.srpe_radius)
@@ -313,7 +348,7 @@ class LanguageModel(nn.Module):
 
     def new_cache(self) -> list[KVCache]:
         """An empty decoding state, one per layer (each mixer makes its own: a KV cache, GCLA's adds a running
-        sum), for incremental decoding."""
+        sum, an SSM's is its fixed-size state `ssm.SSMState`), for incremental decoding."""
         return [block.attn.new_cache(self.config.context) for block in self.blocks]
 
     def merge_ratios(self) -> list[float]:

@@ -7,7 +7,9 @@ The recipe is the Wiola paper's (eqs. 42-43):
 * loss: mean next-token cross-entropy (eq. 42), in nats per token;
 * AdamW, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on weight *matrices* only: vectors and scalars (norm gains
   gamma, WiolaRMSNorm offsets delta, biases, GCLA's blend phi) are not decayed, since decay would pull them toward
-  0 (a norm's gain toward 0, delta toward plain RMSNorm). The tied embedding is a matrix and is decayed;
+  0 (a norm's gain toward 0, delta toward plain RMSNorm), nor an SSM's A and step sizes (marked
+  `_no_weight_decay`: decay would pull its decay rates and frequencies toward 0). The tied embedding is a matrix
+  and is decayed;
 * gradients clipped to global norm 1.0;
 * learning rate: linear warmup over the first 5% of the run, then cosine decay to 0 (eq. 43). The "run" is the
   step budget, or the time budget if that ends first (the schedule then follows elapsed training time; time spent
@@ -143,9 +145,11 @@ def learning_rate(progress: float, peak: float, warmup: float, floor: float = 0.
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW groups: matrices (dim >= 2) decay; vectors and scalars (norms, offsets, biases, phi) do not."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
+    """AdamW groups: matrices (dim >= 2) decay; vectors and scalars (norms, offsets, biases, phi) do not, nor
+    parameters marked `_no_weight_decay` (an SSM's A and step sizes: tables of numbers, not weight matrices)."""
+    decays = lambda p: p.dim() >= 2 and not getattr(p, "_no_weight_decay", False)
+    decay = [p for p in model.parameters() if decays(p)]
+    rest = [p for p in model.parameters() if not decays(p)]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
 
 
