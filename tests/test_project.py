@@ -173,9 +173,15 @@ def test_readme_checkpointing_numbers_come_from_results():
     assert all(30 * 2**20 < extra < 100 * 2**20 for extra in first_use)
 
 
+def test_readme_names_every_preset():
+    from minwiola.model import PRESETS
+    missing = [name for name in PRESETS if f"`{name}`" not in README]
+    assert not missing, f"README never names the preset(s) {missing}"
+
+
 def test_readme_preset_parameter_counts():
     from minwiola.model import LanguageModel, preset
-    for name in ("gpt2-style", "llama-style"):
+    for name in ("gpt2-style", "llama-style", "ssm-llama-style"):
         assert f"| {LanguageModel(preset(name)).n_params():,} |" in README
     assert "| 484,272 (as published) |" in README and LanguageModel(preset("yocto")).n_params() == 484_272
     from minwiola.budget import count_params
