@@ -1,0 +1,482 @@
+"""State-space models against attention (issue 18, lesson 13): what each costs, how well each learns, what each recalls.
+
+    export MINWIOLA_DATA=../shared/data/tinystories OMP_NUM_THREADS=1
+    python benchmarks/ssm_bench.py --parts costs                          # a few minutes
+    python benchmarks/ssm_bench.py --parts train --arms llama-style &     # two processes, one arm each...
+    python benchmarks/ssm_bench.py --parts train --arms ssm-llama-style   # ...(the sweep, then the seeds)
+    python benchmarks/ssm_bench.py --parts train --arms selective         # one seed, at the S4D arm's best rate
+    python benchmarks/ssm_bench.py --evaluate-only                        # gather every finished run
+
+**Costs** (`--parts costs`; batch 1, d = 64, float32, no gradients, the thread count of the process). Seconds per
+forward of one token mixer at T = 128 .. 4096 (best of --repeat): attention (llama-style's: 4 heads, RoPE) with the
+fused and the explicit kernel; the S4D layer by its kernel and FFT convolution (no cache: how it trains) and by the
+scan (a fresh decoding state: how it would run token by token); the selective layer (its scan, the only way it
+runs); and, to see where the convolution's time goes, the S4D kernel K alone (d x N/2 x T complex powers). Decoding: the whole model's seconds per new token at position T (`llama-style` with its KV cache,
+`ssm-llama-style` with its state; context set to fit; best of --decode-steps tokens after a prefill of T), and the
+decoding memory at T, read from the cache objects' `nbytes()` after a prefill of exactly T tokens and set beside
+`budget.kv_cache_bytes` / `budget.state_bytes` (4 bytes a number). No timing is asserted anywhere: the machine is a
+shared CPU, and the result file records its load.
+
+**Training** (`--parts train`): `llama-style` (a transformer with RoPE) against `ssm-llama-style` (S4D mixer, no
+positions, a SwiGLU of d_ff = 186 so that both hold 463,424 parameters), optionally the selective (Mamba-style) layer
+with d_ff = 159 (463,168: the closest a SwiGLU width gets). Context and windows --block-size (128), --steps (600) of
+--batch-size (16) windows, dropout 0, `minwiola.train.Trainer` (held-out nats/token, perplexity and bits per byte of
+the whole held-out split every --eval-every steps; the best evaluation counts). Each arm's peak rate is swept over
+--rates on seed 0; then --seeds run at the arm's best rate (the sweep's seed-0 run is reused). An arm without a sweep
+(`selective`) takes the rate its `rate_from` arm found best. The rule for "better": two arms' mean held-out bits per
+byte differ by more than twice the larger of their seed spreads (max - min over seeds), else "within noise".
+
+**Recall probe** (every seed's run, as it is gathered): each held-out story, preceded by <|endoftext|> as in
+training, cut to its first --block-size tokens. The probe's positions are those whose next token starts a
+capitalised word (A-Z then letters) that is not "I", not the first word of a sentence (the text before it, spaces
+skipped, is a letter, digit, comma or other mid-sentence mark: not the story's start, a line break, . ! ? : or a
+quote) and that already occurred earlier in the same window (in any position): mostly names, copied from earlier in
+the story. Per trained model: mean loss (nats) and top-1 accuracy on those positions and on all positions of the same
+windows. Attention can look a name up exactly; a fixed-size state must have kept it.
+
+Runs live in --runs/ARM-lrRATE-sSEED: finished ones are reused (after checking their settings), stopped ones
+resumed. The result file is rewritten after every run (merged with what another process wrote there), so a partial
+result is never lost; `--evaluate-only` trains nothing, gathers every finished run and keeps the stored costs.
+"""
+import argparse
+import dataclasses
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from common import ROOT, commit, hardware, train_or_reuse  # noqa: E402 (benchmarks/common.py)
+from tokenizer_bench import best_of  # noqa: E402
+from train_runs import best_eval  # noqa: E402
+
+from minwiola import data  # noqa: E402
+from minwiola.budget import count_params, kv_cache_bytes, state_bytes  # noqa: E402
+from minwiola.model import LanguageModel, make_mixer, preset  # noqa: E402
+from minwiola.ssm import SSM, SSMState, kernel  # noqa: E402
+from minwiola.tokenizer import default_tokenizer  # noqa: E402
+from minwiola.train import TrainConfig  # noqa: E402
+
+# name: the preset, its overrides, and where its rate comes from ("sweep" or another arm's best rate)
+ARMS = {
+    "llama-style": {"preset": "llama-style", "overrides": {}, "rate_from": "sweep"},
+    "ssm-llama-style": {"preset": "ssm-llama-style", "overrides": {}, "rate_from": "sweep"},
+    "selective": {"preset": "ssm-llama-style", "overrides": {"ssm_kind": "selective"}, "rate_from": "ssm-llama-style",
+                  "match_params_of": "llama-style"},
+}
+REFERENCE = "llama-style"                # the arm every other is compared with
+MIXERS = ("attention (fused)", "attention (explicit)", "S4D (FFT convolution)", "S4D (scan)", "selective (scan)",
+          "S4D kernel K alone")
+DECODERS = {"llama-style": "KV cache", "ssm-llama-style": "SSM state"}
+NOT_ASSERTED = ("no timing is asserted: a shared CPU (see load_average); the ratios between mixers and their growth "
+                "with T are the finding, not the seconds")
+
+
+# ------------------------------------------------------------------------------------------------ the arms
+
+def closest_d_ff(name: str, overrides: dict, target: int) -> int:
+    """The SwiGLU width d_ff that brings preset `name` with `overrides` closest to `target` parameters (the smaller
+    width on a tie): how an arm whose mixer holds other parameters is made equal to the reference."""
+    base = {k: v for k, v in overrides.items() if k != "d_ff"}
+    count = lambda h: count_params(preset(name, **base, d_ff=h))
+    per_unit = count(2) - count(1)                          # a SwiGLU of width h holds 3 d h (+ biases) parameters
+    guess = max(1, round((target - count(1)) / per_unit) + 1)
+    return min(range(max(1, guess - 2), guess + 3), key=lambda h: (abs(count(h) - target), h))
+
+
+def arm_config(name: str, block_size: int, shape: dict | None = None) -> tuple[str, dict]:
+    """(preset, overrides) of arm `name` for windows of block_size tokens; `shape` (e.g. {"d": 32, "n_layers": 2})
+    shrinks every arm alike, and an arm that must match the reference's parameters gets its d_ff chosen again."""
+    arm = ARMS[name]
+    overrides = {"dropout": 0.0, "context": block_size, **(shape or {}), **arm["overrides"]}
+    if arm.get("match_params_of") or (shape and arm["preset"] != ARMS[REFERENCE]["preset"]):
+        reference = ARMS[arm.get("match_params_of", REFERENCE)]
+        target = count_params(preset(reference["preset"], **{"dropout": 0.0, "context": block_size, **(shape or {}),
+                                                             **reference["overrides"]}))
+        overrides["d_ff"] = closest_d_ff(arm["preset"], overrides, target)
+    return arm["preset"], overrides
+
+
+def run_name(name: str, lr: float, seed: int) -> str:
+    return f"{name}-lr{lr:g}-s{seed}"
+
+
+def train(name: str, lr: float, seed: int, args) -> Path:
+    """Train (or reuse, or resume) one run; its folder."""
+    base, overrides = arm_config(name, args.block_size, args.shape)
+    cfg = TrainConfig(preset=base, overrides=overrides, steps=args.steps, batch_size=args.batch_size,
+                      block_size=args.block_size, lr=lr, seed=seed, eval_every=args.eval_every, sample_tokens=60,
+                      eval_max_windows=args.eval_max_windows)
+    return train_or_reuse(cfg, Path(args.runs) / run_name(name, lr, seed))
+
+
+def finished(name: str, lr: float, seed: int, args) -> bool:
+    return (Path(args.runs) / run_name(name, lr, seed) / "loss.png").exists()
+
+
+def best_rate(sweep: dict) -> float | None:
+    """The rate whose seed-0 run reached the lowest held-out bits per byte (None before any finished)."""
+    return float(min(sweep, key=lambda r: sweep[r]["bits_per_byte"])) if sweep else None
+
+
+def compare(reference: list[float], other: list[float]) -> dict:
+    """The stated rule on two arms' held-out bits per byte (one number per seed): 'lower' (the other arm is better),
+    'higher' (worse) when the means differ by more than twice the larger seed spread (max - min), else 'within
+    noise'. With one seed an arm's spread is 0, so the rule then rests on the other arm's spread alone."""
+    spread = lambda xs: max(xs) - min(xs)
+    difference = statistics.mean(other) - statistics.mean(reference)
+    bound = 2 * max(spread(reference), spread(other))
+    word = "within noise" if abs(difference) <= bound else "lower" if difference < 0 else "higher"
+    return {"difference": difference, "bound": bound, "verdict": word}
+
+
+# ------------------------------------------------------------------------------------------ the recall probe
+
+SENTENCE_END = set(".!?:\"'\u201c\u201d\u2018\u2019")
+
+
+def recall_targets(ids: list[int], tokenizer) -> list[int]:
+    """Indices k of the tokens in `ids` (one story) that start a probe word: capitalised, not "I", not the first word
+    of a sentence, and seen earlier in `ids`. Position k of a window [<|endoftext|>] + ids predicts token k."""
+    pieces = [tokenizer.decode_bytes([i]) for i in ids]
+    starts = np.cumsum([0] + [len(p) for p in pieces])         # byte offset of each token
+    text = b"".join(pieces)
+    seen, out = set(), []
+    for match in re.finditer(rb"[A-Za-z]+", text):
+        word, at = match.group(), match.start()
+        before = text[:at]
+        gap = before[len(before.rstrip()):]
+        previous = before.rstrip().decode("utf-8", "ignore")[-1:]
+        mid_sentence = previous != "" and b"\n" not in gap and previous not in SENTENCE_END
+        if word[:1].isupper() and word != b"I" and mid_sentence and word in seen:
+            k = int(np.searchsorted(starts, at, side="right")) - 1          # the token holding the word's first byte
+            if not text[starts[k]:at].strip():                               # it starts there (after spaces only)
+                out.append(k)
+        seen.add(word)
+    return out
+
+
+def probe_windows(stories: list[str], tokenizer, length: int) -> dict:
+    """Each story as a window [<|endoftext|>] + its first `length` tokens, padded with <|endoftext|> to length + 1:
+    ids (S, length + 1) int64, `valid` (S, length) marking real targets, `recall` (S, length) the probe's positions."""
+    S = len(stories)
+    ids = torch.full((S, length + 1), tokenizer.eot_id, dtype=torch.int64)
+    valid = torch.zeros(S, length, dtype=torch.bool)
+    recall = torch.zeros(S, length, dtype=torch.bool)
+    for s, story in enumerate(stories):
+        story_ids = tokenizer.encode(story)[:length]
+        ids[s, 1:1 + len(story_ids)] = torch.tensor(story_ids, dtype=torch.int64)
+        valid[s, :len(story_ids)] = True
+        for k in recall_targets(story_ids, tokenizer):
+            recall[s, k] = True
+    return {"ids": ids, "valid": valid, "recall": recall}
+
+
+@torch.no_grad()
+def probe(model: LanguageModel, windows: dict, chunk: int = 32) -> dict:
+    """Mean loss (nats) and top-1 accuracy of `model` on the probe's positions and on all positions of the windows.
+    Padding comes after a story, so (the models being causal) it changes no real position's prediction."""
+    model.eval()
+    losses, hits = [], []
+    for rows in windows["ids"].split(chunk):
+        logits = model(rows[:, :-1])
+        losses.append(F.cross_entropy(logits.transpose(1, 2), rows[:, 1:], reduction="none").double())
+        hits.append(logits.argmax(-1) == rows[:, 1:])
+    loss, hit = torch.cat(losses), torch.cat(hits)
+    out = {}
+    for key, mask in (("recall", windows["recall"]), ("all", windows["valid"])):
+        out[key] = {"positions": int(mask.sum()), "loss": loss[mask].mean().item(),
+                    "top1": hit[mask].double().mean().item()}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ the costs
+
+def best_time(fn, repeat: int) -> float:
+    """The fastest of `repeat` calls of fn(), in seconds, after one warm-up call."""
+    fn()
+    return best_of(repeat, fn)
+
+
+@torch.no_grad()
+def mixer_seconds(T: int, d: int = 64, repeat: int = 5, seed: int = 0) -> dict:
+    """Seconds per forward of each token mixer on one sequence (1, T, d)."""
+    torch.manual_seed(seed)
+    x = torch.randn(1, T, d)
+    attention = {impl: make_mixer(preset("llama-style", d=d, context=T, attention=impl)).eval()
+                 for impl in ("fused", "explicit")}
+    s4d, selective = SSM(d, 16, "s4d").eval(), SSM(d, 16, "selective").eval()
+    slow = max(1, repeat // 2 if T >= 2048 else repeat)                 # the Python-loop scans take seconds at 4K
+    return {"attention (fused)": best_time(lambda: attention["fused"](x), repeat),
+            "attention (explicit)": best_time(lambda: attention["explicit"](x), repeat),
+            "S4D (FFT convolution)": best_time(lambda: s4d(x), repeat),
+            "S4D (scan)": best_time(lambda: s4d(x, cache=SSMState()), slow),
+            "selective (scan)": best_time(lambda: selective(x), slow),
+            "S4D kernel K alone": best_time(lambda: kernel(*s4d.system(x.dtype), T), repeat)}
+
+
+@torch.no_grad()
+def decoding(name: str, T: int, steps: int = 8, seed: int = 0) -> dict:
+    """Arm `name` as a decoder at position T: the decoding memory after a prefill of exactly T tokens (measured from
+    the cache objects, and the budget's formula), and the best seconds per new token over `steps` tokens."""
+    torch.manual_seed(seed)
+    ids = torch.randint(0, 4096, (1, T + steps))
+    model = LanguageModel(preset(name, context=T, dropout=0.0)).eval()
+    cache = model.new_cache()
+    model(ids[:, :T], cache)
+    measured = sum(c.nbytes() for c in cache)
+    analytic = (state_bytes(model.config, 4) if model.config.mixer == "ssm"
+                else kv_cache_bytes(model.config, T, bytes_per_number=4))
+    model = LanguageModel(preset(name, context=T + steps, dropout=0.0)).eval()
+    cache = model.new_cache()
+    model(ids[:, :T], cache)
+    times = []
+    for k in range(T, T + steps):
+        start = time.perf_counter()
+        model(ids[:, k:k + 1], cache)
+        times.append(time.perf_counter() - start)
+    return {"bytes": measured, "analytic_bytes": analytic, "seconds_per_token": min(times),
+            "median_seconds_per_token": statistics.median(times)}
+
+
+def costs(args) -> dict:
+    Ts = args.lengths
+    out = {"d": 64, "batch": 1, "dtype": "float32", "lengths": Ts, "repeat": args.repeat,
+           "decode_steps": args.decode_steps, "threads": torch.get_num_threads(),
+           "load_average": round(os.getloadavg()[0], 2), "note": NOT_ASSERTED, "mixers": {m: [] for m in MIXERS},
+           "decoding": {name: {"cache": what, "bytes": [], "analytic_bytes": [], "seconds_per_token": [],
+                               "median_seconds_per_token": []} for name, what in DECODERS.items()}}
+    for T in Ts:
+        for mixer, seconds in mixer_seconds(T, repeat=args.repeat).items():
+            out["mixers"][mixer].append(seconds)
+        for name in DECODERS:
+            for key, value in decoding(name, T, args.decode_steps).items():
+                out["decoding"][name][key].append(value)
+        print(f"T = {T}: " + ", ".join(f"{m} {out['mixers'][m][-1] * 1e3:.2f} ms" for m in MIXERS), flush=True)
+    out["load_average_after"] = round(os.getloadavg()[0], 2)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- the summary
+
+def gather_run(out: Path, windows: dict | None) -> dict:
+    run = {k: v for k, v in best_eval(out).items() if "curve" not in k}
+    if windows is not None:
+        run["probe"] = probe(LanguageModel.from_pretrained(out / "best"), windows)
+    return run
+
+
+def summarise(arm: dict) -> None:
+    """Mean and spread over the seeds of an arm, in place."""
+    seeds = list(arm["seeds"].values())
+    if not seeds:
+        return
+    for key in ("bits_per_byte", "nats_per_token", "tokens_per_s", "train_seconds"):
+        values = [s[key] for s in seeds]
+        arm[f"mean_{key}"] = statistics.mean(values)
+        arm[f"spread_{key}"] = max(values) - min(values)
+    arm["perplexity_of_mean"] = math.exp(arm["mean_nats_per_token"])
+    if all("probe" in s for s in seeds):
+        for part in ("recall", "all"):
+            for key in ("loss", "top1"):
+                arm[f"probe_{part}_{key}"] = statistics.mean(s["probe"][part][key] for s in seeds)
+
+
+def verdicts(result: dict) -> dict:
+    arms = result["arms"]
+    out = {}
+    if REFERENCE not in arms or not arms[REFERENCE]["seeds"]:
+        return out
+    reference = [s["bits_per_byte"] for s in arms[REFERENCE]["seeds"].values()]
+    for name, arm in arms.items():
+        if name != REFERENCE and arm["seeds"]:
+            other = [s["bits_per_byte"] for s in arm["seeds"].values()]
+            out[name] = {"against": REFERENCE, "seeds": len(other), **compare(reference, other)}
+    return out
+
+
+def write(result: dict, path: Path) -> None:
+    """Merge into what is on disk (another process may have written its arms or costs), then replace atomically."""
+    if path.exists():
+        disk = json.loads(path.read_text())
+        if disk.get("steps") == result["steps"] and disk.get("block_size") == result["block_size"]:
+            for name, arm in disk.get("arms", {}).items():
+                mine = result["arms"].setdefault(name, arm)
+                for key in ("sweep", "seeds"):
+                    mine[key] = {**arm.get(key, {}), **mine.get(key, {})}
+            result.setdefault("costs", disk.get("costs"))
+            if result["costs"] is None:
+                result.pop("costs")
+    for arm in result["arms"].values():
+        arm["best_lr"] = best_rate(arm["sweep"]) if arm["sweep"] else arm.get("best_lr")
+        summarise(arm)
+    result["comparison"] = verdicts(result)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(path)
+    try:
+        plot(result, path.with_suffix(".png"))
+    except Exception as e:                          # a figure never costs a result
+        print(f"(no figure: {e})", file=sys.stderr)
+
+
+def plot(result: dict, path: Path | None = None):
+    """(a) seconds per forward of each mixer against T, (b) decoding memory against T, (c) held-out bits per byte
+    per arm and seed, (d) the recall probe's loss per arm, (e) seconds per decoded token against T."""
+    import matplotlib
+    if path is not None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.4))
+    (a, b, e), (c, d, spare) = axes
+    spare.axis("off")
+    cost = result.get("costs")
+    if cost:
+        Ts = cost["lengths"]
+        for mixer, seconds in cost["mixers"].items():
+            a.loglog(Ts, seconds, "o-", label=mixer)
+        a.set_title(f"(a) one mixer's forward, batch 1, d = {cost['d']} ({cost['threads']} thread)", fontsize=9)
+        a.set_xlabel("sequence length T (tokens)")
+        a.set_ylabel("seconds per forward (best of repeats)")
+        a.legend(fontsize=7)
+        for name, dec in cost["decoding"].items():
+            line, = b.loglog(Ts, np.array(dec["bytes"]) / 2**20, "o-", label=f"{name}: {dec['cache']}, measured")
+            b.loglog(Ts, np.array(dec["analytic_bytes"]) / 2**20, "x--", color=line.get_color(),
+                     label=f"{name}: budget's formula")
+            e.loglog(Ts, np.array(dec["seconds_per_token"]) * 1e3, "o-", label=f"{name} ({dec['cache']})")
+        b.set_title("(b) decoding memory at position T (float32, batch 1)", fontsize=9)
+        b.set_xlabel("position T (tokens)")
+        b.set_ylabel("MiB held by the caches")
+        b.legend(fontsize=7)
+        e.set_title("(e) the whole model, one new token at position T", fontsize=9)
+        e.set_xlabel("position T (tokens)")
+        e.set_ylabel("ms per token (best of the decoded tokens)")
+        e.legend(fontsize=7)
+    arms = {n: a_ for n, a_ in result.get("arms", {}).items() if a_["seeds"]}
+    for i, (name, arm) in enumerate(arms.items()):
+        bpb = [s["bits_per_byte"] for s in arm["seeds"].values()]
+        c.plot([i] * len(bpb), bpb, "o", color=f"C{i}")
+        c.hlines(statistics.mean(bpb), i - 0.25, i + 0.25, color=f"C{i}")
+        for seed, value in zip(arm["seeds"], bpb):
+            c.annotate(f" s{seed}", (i, value), fontsize=7)
+        probes = [s["probe"] for s in arm["seeds"].values() if "probe" in s]
+        for j, part in enumerate(("recall", "all")):
+            values = [p[part]["loss"] for p in probes]
+            if values:
+                d.bar(i + (j - 0.5) * 0.38, statistics.mean(values), 0.36, color=f"C{i}", alpha=1.0 if j else 0.55,
+                      hatch="" if j else "//", edgecolor="k")
+                d.plot([i + (j - 0.5) * 0.38] * len(values), values, "k.", ms=4)
+    names = list(arms)
+    c.set_xticks(range(len(names)), [f"{n}\nlr {arms[n].get('best_lr', 0):g}" for n in names], fontsize=8)
+    c.set_ylabel("held-out bits per byte (best evaluation)")
+    c.set_title(f"(c) {result['steps']} steps of {result['batch_size']} x {result['block_size']} tokens; "
+                "line: mean over seeds", fontsize=9)
+    d.set_xticks(range(len(names)), names, fontsize=8)
+    d.set_ylabel("held-out loss (nats/token)")
+    d.set_title("(d) recall probe: hatched, names seen before; plain, all tokens (dots: seeds)", fontsize=9)
+    fig.suptitle(f"{result['data']} | {result['hardware']}", fontsize=9)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+    return fig
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--parts", nargs="+", default=["costs", "train"], choices=["costs", "train"])
+    parser.add_argument("--arms", nargs="+", default=["llama-style", "ssm-llama-style"], choices=list(ARMS))
+    parser.add_argument("--rates", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--block-size", type=int, default=128)
+    parser.add_argument("--eval-every", type=int, default=200)
+    parser.add_argument("--eval-max-windows", type=int, default=None)
+    parser.add_argument("--shape", type=json.loads, default=None,
+                        help='shrink every arm alike, e.g. \'{"d": 32, "n_layers": 2}\' (a scaled-down check)')
+    parser.add_argument("--probe-stories", type=int, default=None, help="held-out stories probed (default: all)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--decode-steps", type=int, default=8)
+    parser.add_argument("--runs", default=str(ROOT / "runs" / "ssm"))
+    parser.add_argument("--result", default=str(ROOT / "results" / "ssm_bench.json"))
+    parser.add_argument("--evaluate-only", action="store_true",
+                        help="gather every finished run of every arm (and probe it); train and time nothing")
+    args = parser.parse_args(argv)
+    path = Path(args.result)
+    result = {"command": "python benchmarks/ssm_bench.py" + "".join(" " + a for a in (argv or sys.argv[1:])),
+              "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
+              "torch": torch.__version__, "data": data.describe_source(), "steps": args.steps,
+              "batch_size": args.batch_size, "block_size": args.block_size, "rates": args.rates, "seeds": args.seeds,
+              "shape": args.shape,
+              "rule": "an arm is better (worse) than llama-style when its mean held-out bits per byte is lower "
+                      "(higher) by more than twice the larger seed spread (max - min over seeds) of the two arms; "
+                      "else 'within noise'",
+              "probe_rule": f"held-out stories, each [<|endoftext|>] + its first {args.block_size} tokens; positions "
+                            "whose next token starts a capitalised word that is not 'I', not a sentence's first word "
+                            "(preceded by a letter, digit, comma or other mid-sentence mark, no line break) and "
+                            "occurred earlier in the window; loss and top-1 there vs on all positions",
+              "arms": {}}
+    if args.evaluate_only:
+        args.parts, args.arms = ["train"], [a for a in ARMS if any(
+            finished(a, lr, s, args) for lr in args.rates for s in args.seeds)]
+    windows = None
+    if "train" in args.parts:
+        stories = data.load_stories("valid")[:args.probe_stories]
+        windows = probe_windows(stories, default_tokenizer(), args.block_size)
+        result["probe_positions"] = {"stories": len(stories), "recall": int(windows["recall"].sum()),
+                                     "all": int(windows["valid"].sum())}
+    if "costs" in args.parts and not args.evaluate_only:
+        result["costs"] = {"command": result["command"], "commit": result["commit"], **costs(args)}
+        write(result, path)
+    if "train" not in args.parts:
+        write(result, path)
+        return 0
+    for name in args.arms:
+        base, overrides = arm_config(name, args.block_size, args.shape)
+        arm = result["arms"].setdefault(name, {"preset": base, "overrides": overrides, "rate_from": ARMS[name]["rate_from"],
+                                               "params": count_params(preset(base, **overrides)), "sweep": {},
+                                               "seeds": {}})
+        reference, reference_overrides = arm_config(REFERENCE, args.block_size, args.shape)
+        print(f"{name}: {arm['params']:,} parameters ({REFERENCE}: "
+              f"{count_params(preset(reference, **reference_overrides)):,})", flush=True)
+        if ARMS[name]["rate_from"] == "sweep":
+            for lr in args.rates:
+                if args.evaluate_only and not finished(name, lr, 0, args):
+                    continue
+                arm["sweep"][f"{lr:g}"] = gather_run(train(name, lr, 0, args), None)
+                write(result, path)
+            lr = best_rate(arm["sweep"])
+        else:
+            source = json.loads(path.read_text())["arms"].get(ARMS[name]["rate_from"], {}) if path.exists() else {}
+            lr = result["arms"].get(ARMS[name]["rate_from"], {}).get("best_lr") or source.get("best_lr")
+            if lr is None:
+                print(f"{name}: no rate yet ({ARMS[name]['rate_from']}'s sweep has not finished); skipped")
+                continue
+            arm["best_lr"] = lr
+        if lr is None:
+            continue
+        for seed in args.seeds:
+            if args.evaluate_only and not finished(name, lr, seed, args):
+                continue
+            arm["seeds"][str(seed)] = gather_run(train(name, lr, seed, args), windows)
+            write(result, path)
+            s = arm["seeds"][str(seed)]
+            print(f"{name} lr {lr:g} seed {seed}: {s['bits_per_byte']:.4f} bits/byte"
+                  + (f", probe loss {s['probe']['recall']['loss']:.3f} (all {s['probe']['all']['loss']:.3f})"
+                     if "probe" in s else ""), flush=True)
+    write(result, path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,118 @@
+"""benchmarks/ssm_bench.py's design (issue 18): the arms hold equal parameters, the recall probe picks the words its
+rule names, the probe's numbers are the model's loss, the stated rule, and a tiny run end to end."""
+import json
+import re
+
+import pytest
+import torch
+from load_benchmark import benchmark
+
+from minwiola.budget import count_params
+from minwiola.model import LanguageModel, preset
+from minwiola.tokenizer import default_tokenizer
+
+
+def ssm_bench():
+    return benchmark("ssm_bench")
+
+
+def test_the_arms_hold_equal_parameters():
+    b = ssm_bench()
+    counts = {name: count_params(preset(*b.arm_config(name, 128)[:1], **b.arm_config(name, 128)[1])) for name in b.ARMS}
+    assert counts["llama-style"] == counts["ssm-llama-style"] == 463_424
+    assert b.arm_config("ssm-llama-style", 128)[1] == {"dropout": 0.0, "context": 128}    # the preset's own d_ff
+    assert b.arm_config("selective", 128)[1]["d_ff"] == 159
+    assert abs(counts["selective"] - counts["llama-style"]) <= 3 * 64 * 4 // 2           # within half a SwiGLU unit
+    for name in b.ARMS:                                                                  # scaled down alike
+        cfg = preset(*b.arm_config(name, 64, {"d": 32, "n_layers": 2})[:1], **b.arm_config(name, 64, {"d": 32, "n_layers": 2})[1])
+        assert (cfg.d, cfg.n_layers, cfg.context, cfg.dropout) == (32, 2, 64, 0.0)
+        assert abs(count_params(cfg) - count_params(preset("llama-style", d=32, n_layers=2, context=64))) <= 3 * 32
+
+
+def test_closest_d_ff_finds_the_width_of_equal_parameters():
+    b = ssm_bench()
+    target = count_params(preset("llama-style"))
+    assert b.closest_d_ff("ssm-llama-style", {}, target) == 186
+    assert count_params(preset("ssm-llama-style", d_ff=b.closest_d_ff("ssm-llama-style", {}, target + 3 * 64 * 4 * 5)
+                               )) == target + 3 * 64 * 4 * 5
+
+
+STORY = ('Lily went to the park. She saw Tom and a dog. Lily smiled at Tom. "Tom, look!" said Lily.\n'
+         'Lily ran. I like Tom, said Max. Then Max and Tom-Tom played with Lily\'s ball.')
+
+
+def test_the_probe_selects_names_seen_before_in_mid_sentence():
+    b = ssm_bench()
+    tok = default_tokenizer()
+    ids = tok.encode(STORY)
+    picked = [tok.decode(ids[k:k + 2]) for k in b.recall_targets(ids, tok)]
+    words = [re.match(r"\s*([A-Za-z]+)", tok.decode(ids[k:])).group(1) for k in b.recall_targets(ids, tok)]
+    # "saw Tom": the first Tom (not seen before); "Lily smiled", "Tom, look", "Lily ran", "I like", "Then": a
+    # sentence's first word, after a quote or a line break, or "I"; "said Max": the first Max; "Tom-Tom": both
+    assert words == ["Tom", "Lily", "Tom", "Max", "Tom", "Tom", "Lily"], picked
+    for k in b.recall_targets(ids, tok):
+        assert tok.decode(ids[k:k + 1]).lstrip(" ")[:1].isupper(), "a picked token starts its word"
+
+
+def test_probe_windows_and_the_probe_are_the_models_loss():
+    b = ssm_bench()
+    tok = default_tokenizer()
+    stories = [STORY, "Sam had a cat. The cat liked Sam. Sam fed it."]
+    windows = b.probe_windows(stories, tok, 32)
+    assert windows["ids"].shape == (2, 33) and (windows["ids"][:, 0] == tok.eot_id).all()
+    short = len(tok.encode(stories[1]))
+    assert windows["valid"][1].sum() == short and (windows["ids"][1, 1 + short:] == tok.eot_id).all()
+    assert windows["recall"][1].nonzero().flatten().tolist() == b.recall_targets(tok.encode(stories[1]), tok)
+    torch.manual_seed(0)
+    model = LanguageModel(preset("tiny-llama", vocab_size=tok.vocab_size, context=32)).eval()
+    got = b.probe(model, windows, chunk=1)
+    ids = windows["ids"][:1]
+    with torch.no_grad():
+        assert got["all"]["positions"] == 32 + short
+        row0 = torch.nn.functional.cross_entropy(model(ids[:, :-1])[0], ids[0, 1:], reduction="none")
+        alone = torch.nn.functional.cross_entropy(model(windows["ids"][1:, :short])[0], windows["ids"][1, 1:1 + short],
+                                                  reduction="none")      # the short story without its padding
+    mean = (row0.sum() + alone.sum()) / (32 + short)
+    assert got["all"]["loss"] == pytest.approx(mean.item(), abs=1e-5)
+    assert got["recall"]["positions"] == int(windows["recall"].sum()) > 0
+
+
+def test_the_stated_rule():
+    b = ssm_bench()
+    assert b.compare([1.50, 1.52, 1.51], [1.40, 1.41, 1.42])["verdict"] == "lower"        # 0.1 > 2 x 0.02
+    assert b.compare([1.50, 1.52, 1.51], [1.60, 1.61, 1.62])["verdict"] == "higher"
+    assert b.compare([1.50, 1.60, 1.55], [1.45, 1.50, 1.47])["verdict"] == "within noise"  # 0.083 < 2 x 0.1
+    one = b.compare([1.50, 1.52], [1.40])
+    assert one == {"difference": pytest.approx(-0.11), "bound": pytest.approx(0.04), "verdict": "lower"}
+    assert b.best_rate({"0.001": {"bits_per_byte": 1.6}, "0.003": {"bits_per_byte": 1.5}}) == 0.003
+
+
+def test_a_tiny_run_end_to_end(tmp_path):
+    b = ssm_bench()
+    result = tmp_path / "ssm.json"
+    common = ["--shape", '{"d": 16, "n_layers": 1, "n_heads": 2}', "--steps", "2", "--eval-every", "2",
+              "--eval-max-windows", "2", "--block-size", "32", "--rates", "0.01", "0.003", "--seeds", "0", "1",
+              "--probe-stories", "20", "--runs", str(tmp_path / "runs"), "--result", str(result)]
+    assert b.main(["--parts", "costs", "--lengths", "16", "32", "--repeat", "1", "--decode-steps", "2", *common]) == 0
+    assert b.main(["--parts", "train", "--arms", "llama-style", "ssm-llama-style", *common]) == 0
+    r = json.loads(result.read_text())
+    cost = r["costs"]
+    assert set(cost["mixers"]) == set(b.MIXERS) and all(len(v) == 2 for v in cost["mixers"].values())
+    for dec in cost["decoding"].values():
+        assert dec["bytes"] == dec["analytic_bytes"]                   # the caches hold what budget says
+    assert cost["decoding"]["ssm-llama-style"]["bytes"][0] == cost["decoding"]["ssm-llama-style"]["bytes"][1]
+    assert cost["decoding"]["llama-style"]["bytes"][1] == 2 * cost["decoding"]["llama-style"]["bytes"][0]
+    for name in ("llama-style", "ssm-llama-style"):
+        arm = r["arms"][name]
+        assert set(arm["sweep"]) == {"0.01", "0.003"} and set(arm["seeds"]) == {"0", "1"}
+        assert arm["best_lr"] in (0.01, 0.003) and "probe" in arm["seeds"]["1"]
+        assert arm["spread_bits_per_byte"] >= 0 and arm["probe_recall_loss"] > 0
+    assert r["comparison"]["ssm-llama-style"]["verdict"] in ("lower", "higher", "within noise")
+    assert (tmp_path / "ssm.png").exists()
+    # --evaluate-only trains nothing, gathers the same runs and keeps the costs
+    before = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert b.main(["--evaluate-only", *common]) == 0
+    again = json.loads(result.read_text())
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before
+    assert again["costs"] == cost and again["arms"]["llama-style"]["seeds"].keys() == {"0", "1"}
+    assert again["arms"]["llama-style"]["mean_bits_per_byte"] == pytest.approx(r["arms"]["llama-style"]["mean_bits_per_byte"])
