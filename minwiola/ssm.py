@@ -196,13 +196,19 @@ def scan(A_bar: torch.Tensor, B_bar: torch.Tensor, C: torch.Tensor, D, u: torch.
 def kernel(A_bar: torch.Tensor, B_bar: torch.Tensor, C: torch.Tensor, T: int) -> torch.Tensor:
     """K_k = C A_bar^k B_bar = sum_n c_n a_bar_n^k b_bar_n for k = 0 .. T-1: (..., T).
 
-    For diagonal A_bar the powers form a Vandermonde matrix (N, T), each entry computed directly as a_bar^k (as
-    exp(k log a_bar) for complex entries) rather than by T - 1 repeated products, so the error does not pile up
-    step after step. Cost: N T complex products per channel, once per sequence (not per token)."""
+    For diagonal A_bar the powers form a Vandermonde matrix (N, T), each entry computed directly as a_bar^k rather
+    than by T - 1 repeated products, so the error does not pile up step after step. A complex a_bar^k is taken in
+    polar form, |a_bar|^k at the angle k arg(a_bar): real powers, a product and a cosine and sine, about ten times
+    faster on a CPU than PyTorch's complex power (which builds it from complex logarithms and exponentials; it
+    dominated the whole convolutional view, FFT included), and exact at a_bar = 0 (0^0 = 1). Cost: N T products
+    per channel, once per sequence (not per token)."""
     if not isinstance(T, int) or T < 0:
         raise ValueError(f"T must be an int >= 0, got {T!r}")
     k = torch.arange(T, device=A_bar.device, dtype=A_bar.real.dtype)
-    powers = A_bar[..., None] ** k                               # (..., N, T): the Vandermonde matrix
+    if A_bar.is_complex():                                       # (..., N, T): the Vandermonde matrix
+        powers = torch.polar(A_bar.abs()[..., None] ** k, A_bar.angle()[..., None] * k)
+    else:
+        powers = A_bar[..., None] ** k
     return ((C * B_bar)[..., None] * powers).sum(-2)
 
 

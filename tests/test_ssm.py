@@ -84,6 +84,15 @@ def test_the_kernels_first_entries_are_c_b_bar_and_c_a_bar_b_bar():
     K = kernel(A_bar, B_bar, C, 3)
     assert (K[:, 0] - (C * B_bar).sum(-1)).abs().max() < 1e-14
     assert (K[:, 1] - (C * A_bar * B_bar).sum(-1)).abs().max() < 1e-14
+    K = kernel(A_bar, B_bar, C, 40)                   # every power, against repeated products
+    power, want = torch.ones_like(A_bar), []
+    for _ in range(40):
+        want.append((C * power * B_bar).sum(-1))
+        power = power * A_bar
+    assert (K - torch.stack(want, -1)).abs().max() < 1e-12
+    zero = torch.tensor([0j, 0.5 + 0.5j])             # a_bar = 0 (Euler at dt a = -1): 0^0 = 1, then nothing
+    K = kernel(zero, torch.ones(2, dtype=zero.dtype), torch.ones(2, dtype=zero.dtype), 3)
+    assert torch.allclose(K, torch.tensor([2, 0.5 + 0.5j, 0.5j], dtype=K.dtype), atol=1e-15)
 
 
 @pytest.mark.usefixtures("float64")
