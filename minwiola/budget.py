@@ -13,6 +13,11 @@ softmax, activations and rotations are left out (O(d) per token, next to the O(d
 A state-space mixer (mixer="ssm", `ssm.py`) is counted the way it runs in training: kind="s4d" by its kernel and an
 FFT convolution (O(d (N + log T)) per token: no term grows with T like attention's core), kind="selective" by the
 scan (O(d N) per token). Its decoding memory is `state_bytes`, constant in T, next to `kv_cache_bytes`.
+
+A mixture of experts (ffn="moe", `moe.py`, lesson 14) holds E experts but runs k of them per token: `count_params`
+counts every parameter (what memory holds), `active_params` those one token uses (the k experts, not the other
+E - k), and the FLOPs per token count the router and the k active experts. Dropped assignments (a capacity limit)
+would save some of that work; the count is the cost without dropping.
 """
 from __future__ import annotations
 
@@ -65,16 +70,25 @@ def ffn_and_norms(cfg: ModelConfig) -> dict[str, int]:
     """Parameters of one layer's feed-forward and its two norms."""
     d, h, fb = cfg.d, cfg.hidden, int(cfg.ffn_bias)
     out = {}
-    if cfg.ffn == "dsff":
+    if cfg.ffn == "moe":
+        out["MoE router W_r"] = d * cfg.moe_experts
+        out["MoE experts"] = cfg.moe_experts * swiglu_params(cfg)
+    elif cfg.ffn == "dsff":
         d_A = cfg.d_ff_a or d
         out["DSFF streams"] = 3 * d * d_A + fb * (2 * d_A + d) + 2 * d * h + fb * (h + d)
         out["DSFF fusion gate W_f"] = 2 * d * d + fb * d
     elif cfg.ffn == "swiglu":
-        out["feed-forward"] = 3 * d * h + fb * (2 * h + d)
+        out["feed-forward"] = swiglu_params(cfg)
     else:
         out["feed-forward"] = 2 * d * h + fb * (h + d)
     out["two norms"] = 2 * norm_params(cfg)
     return out
+
+
+def swiglu_params(cfg: ModelConfig) -> int:
+    """One SwiGLU of the config's hidden width h (the FFN, or one expert of an MoE): gate, up (d -> h) and down
+    (h -> d), 3 d h, with biases 2h + d more."""
+    return 3 * cfg.d * cfg.hidden + int(cfg.ffn_bias) * (2 * cfg.hidden + cfg.d)
 
 
 def param_breakdown(cfg: ModelConfig) -> dict[str, int]:
@@ -94,6 +108,14 @@ def param_breakdown(cfg: ModelConfig) -> dict[str, int]:
 def count_params(cfg: ModelConfig) -> int:
     """Total parameters, from the config alone; equals `LanguageModel(cfg).n_params()` (tested for every preset)."""
     return sum(param_breakdown(cfg).values())
+
+
+def active_params(cfg: ModelConfig) -> int:
+    """Parameters one token uses: all of them for a dense model; with ffn="moe" the E - k experts a token is not
+    sent to are left out of every layer (the router counts: every token uses it). The tied embedding counts once,
+    as in `count_params`."""
+    idle = cfg.moe_experts - cfg.moe_k if cfg.ffn == "moe" else 0
+    return count_params(cfg) - cfg.n_layers * idle * swiglu_params(cfg)
 
 
 def dsff_widths(cfg: ModelConfig, target: int, ratio: int = 3, multiple: int = 64) -> tuple[int, int]:
@@ -190,9 +212,13 @@ def layer_flops(cfg: ModelConfig, T: int, mu: float = 0.0) -> dict[str, float]:
 
 
 def ffn_flops(cfg: ModelConfig) -> dict[str, float]:
-    """Forward FLOPs per token of one layer's feed-forward (its products)."""
+    """Forward FLOPs per token of one layer's feed-forward (its products). A mixture of experts: the router
+    (2 d E) and the k experts the token is sent to (k SwiGLUs), not the E - k others."""
     d, out = cfg.d, {}
-    if cfg.ffn == "dsff":
+    if cfg.ffn == "moe":
+        out["MoE router W_r"] = 2 * d * cfg.moe_experts
+        out["feed-forward (k active experts)"] = cfg.moe_k * 2 * 3 * d * cfg.hidden
+    elif cfg.ffn == "dsff":
         d_A = cfg.d_ff_a or d
         out["feed-forward"] = 2 * (3 * d * d_A + 2 * d * cfg.hidden)
         out["DSFF fusion gate W_f"] = 2 * 2 * d * d

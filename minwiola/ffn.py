@@ -10,6 +10,8 @@ DSFF (Wiola eqs. 34-37), in the row-vector form that makes the paper's printed s
     b     = GELU(x U_B) D_B                     U_B: d x d_B,       D_B: d_B x d      stream B, wide GELU MLP
     alpha = sigmoid([a; b] W_f)                 W_f: 2d x d, initialised to 0 so alpha starts at 1/2
     out   = alpha * a + (1 - alpha) * b
+
+The mixture of experts (lesson 14), E SwiGLUs and a router that picks k of them per token, is `moe.MoE`.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-FFNS = ("gelu", "relu", "silu", "swiglu", "dsff")
+FFNS = ("gelu", "relu", "silu", "swiglu", "dsff", "moe")
 ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu}
 
 
@@ -82,13 +84,18 @@ class DSFF(nn.Module):
         return alpha * a + (1 - alpha) * b
 
 
-def make_ffn(kind: str, d: int, hidden: int, bias: bool, hidden_a: int | None = None) -> nn.Module:
-    """The feed-forward layer named by `kind`: "gelu", "relu" or "silu" (an MLP), "swiglu", or "dsff" (then
-    `hidden` is the wide stream's d_B and `hidden_a` the narrow stream's d_A)."""
+def make_ffn(kind: str, d: int, hidden: int, bias: bool, hidden_a: int | None = None, experts: int = 8,
+             k: int = 2, capacity_factor: float | None = None) -> nn.Module:
+    """The feed-forward layer named by `kind`: "gelu", "relu" or "silu" (an MLP), "swiglu", "dsff" (then
+    `hidden` is the wide stream's d_B and `hidden_a` the narrow stream's d_A) or "moe" (`experts` SwiGLUs of
+    width `hidden`, `k` active per token, `capacity_factor` None or <= 0 for no capacity limit)."""
     if kind == "swiglu":
         return SwiGLU(d, hidden, bias)
     if kind == "dsff":
         return DSFF(d, hidden_a if hidden_a is not None else d, hidden, bias)
+    if kind == "moe":
+        from .moe import MoE                      # moe.py builds on this file's SwiGLU: imported when needed
+        return MoE(d, hidden, experts, k, capacity_factor, bias)
     if kind in ACTIVATIONS:
         return MLP(d, hidden, kind, bias)
     raise ValueError(f"ffn must be one of {FFNS}, got {kind!r}")

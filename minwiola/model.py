@@ -8,7 +8,9 @@ A pre-norm block (GPT-2, LLaMA, Wiola eqs. 1-6 with plain parts) is
 
 and a post-norm block (the original Transformer) is x = Norm(x + Attention(x)); x = Norm(x + FFN(x)). The head
 is tied to the embedding: logits = h E^T (Wiola eq. 7), so the V x d table is stored once. The token mixer is
-attention (or GCLA), or with mixer="ssm" a state-space layer (`ssm.SSM`, lesson 13) in the same place.
+attention (or GCLA), or with mixer="ssm" a state-space layer (`ssm.SSM`, lesson 13) in the same place. The FFN is
+dense, or with ffn="moe" a mixture of experts (`moe.MoE`, lesson 14) whose balancing losses the model sums for the
+trainer (`LanguageModel.aux_loss`).
 
 Every choice is a field of `ModelConfig`; an ablation is a different config, never a different model class.
 """
@@ -32,6 +34,7 @@ from . import atm
 from .attention import ATTENTION_POSITIONS, IMPLS, QKV, KVCache, MultiHeadAttention, head_shape
 from .ffn import DSFF, FFNS, make_ffn, swiglu_hidden
 from .gcla import GCLA, QUERIES, SUMMARIES, layer_contexts, summarize
+from .moe import MoE
 from .norm import NORMS, make_norm
 from .positions import POSITIONS, check_srpe, sinusoidal
 from .ssm import KINDS as SSM_KINDS, SSM
@@ -75,7 +78,8 @@ def check_field_types(config, may_be_infinite: set[str] = frozenset()) -> None:
 
 # Fields added after models were shipped and runs saved; a config.json without them means their default, which is
 # what those models were built with.
-ADDED_LATER = {"srpe_radius", "norm_eps", "mixer", "ssm_state", "ssm_kind"}
+ADDED_LATER = {"srpe_radius", "norm_eps", "mixer", "ssm_state", "ssm_kind", "moe_experts", "moe_k", "moe_capacity",
+               "moe_aux", "moe_z"}
 MIXERS = ("attention", "ssm")
 
 
@@ -90,9 +94,11 @@ class ModelConfig:
     n_heads: int = 4                # H, query heads
     n_kv_heads: int | None = None   # H_kv, key/value heads; None means H (multi-head attention)
     d_ff: int | None = None         # FFN hidden width; None: 4d for an MLP, 8d/3 rounded up to 8 for SwiGLU, and
-                                    # for DSFF the wide GELU stream's d_B (None: 4d)
+                                    # for DSFF the wide GELU stream's d_B (None: 4d); for MoE each expert's (a
+                                    # SwiGLU: None is 8d/3 as for SwiGLU)
     d_ff_a: int | None = None       # DSFF's narrow SwiGLU stream width d_A (None: d)
-    ffn: str = "swiglu"             # "gelu", "relu", "silu" (an MLP), "swiglu" or "dsff"
+    ffn: str = "swiglu"             # "gelu", "relu", "silu" (an MLP), "swiglu", "dsff" or "moe" (mixture of
+                                    # experts, lesson 14: moe_experts SwiGLUs, moe_k of them active per token)
     norm: str = "rmsnorm"           # "layernorm", "rmsnorm" or "wiola" (WiolaRMSNorm)
     norm_position: str = "pre"      # "pre" (norm inside the residual branch) or "post" (after the residual add)
     norm_eps: float | None = None   # eps inside every norm's root; None: 1e-5 for LayerNorm, 1e-6 for the RMS norms
@@ -125,6 +131,13 @@ class ModelConfig:
     ssm_state: int = 16             # N, the state size of each channel of the SSM (even for "s4d": N/2 complex modes)
     ssm_kind: str = "s4d"           # "s4d" (fixed diagonal system, trained by FFT convolution) or "selective"
                                     # (Mamba-style: step, B and C depend on the token; trained by the scan)
+    moe_experts: int = 8            # E, the experts of each MoE layer
+    moe_k: int = 2                  # k, experts active per token (1 <= k <= E)
+    moe_capacity: float = 0.0       # capacity factor: each expert takes at most ceil(factor k N / E) of a batch's N
+                                    # tokens, the rest are dropped (position by position, first come first served);
+                                    # 0: no limit
+    moe_aux: float = 0.01           # weight of the Switch load-balancing loss in the training loss
+    moe_z: float = 0.0              # weight of the router z-loss (ST-MoE; 0: off)
 
     def __post_init__(self):
         choices = {"ffn": FFNS, "norm": NORMS, "norm_position": ("pre", "post"), "positions": POSITIONS,
@@ -133,7 +146,8 @@ class ModelConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        for name in ("vocab_size", "context", "d", "n_layers", "n_heads", "n_kv_heads", "d_ff", "d_ff_a", "ssm_state"):
+        for name in ("vocab_size", "context", "d", "n_layers", "n_heads", "n_kv_heads", "d_ff", "d_ff_a", "ssm_state",
+                     "moe_experts", "moe_k"):
             value = getattr(self, name)
             if value is None and name in ("n_kv_heads", "d_ff", "d_ff_a"):
                 continue
@@ -162,6 +176,12 @@ class ModelConfig:
             raise ValueError(f"atm_tau is a cosine threshold in [-1, 1], got {self.atm_tau}")
         if self.positions == "sinusoidal" and self.d % 2:
             raise ValueError(f"positions='sinusoidal' needs an even d, got {self.d}")
+        if self.moe_k > self.moe_experts:
+            raise ValueError(f"moe_k={self.moe_k} must be at most moe_experts={self.moe_experts} (k of E experts)")
+        for name in ("moe_capacity", "moe_aux", "moe_z"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0{' (0: no capacity limit)' if name == 'moe_capacity' else ''}"
+                                 f", got {getattr(self, name)}")
 
     def check_ssm(self) -> None:
         """mixer="ssm" refuses what only attention has: positions applied inside the mixer (an SSM reads order from
@@ -192,7 +212,7 @@ class ModelConfig:
         """The FFN hidden width actually used."""
         if self.d_ff is not None:
             return self.d_ff
-        return swiglu_hidden(self.d) if self.ffn == "swiglu" else 4 * self.d   # (for DSFF: d_B)
+        return swiglu_hidden(self.d) if self.ffn in ("swiglu", "moe") else 4 * self.d   # (for DSFF: d_B)
 
 
 WIOLA = dict(norm="wiola", positions="srpe", gcla="causal", atm="copy-forward")   # the five parts, causal forms
@@ -212,6 +232,13 @@ PRESETS: dict[str, dict] = {
     # gives the 4 x 1,920 back, so both hold exactly 463,424 parameters (lesson 13's like-for-like comparison).
     "ssm-llama-style": dict(vocab_size=4096, context=512, d=64, n_layers=4, ffn="swiglu", d_ff=186, norm="rmsnorm",
                             positions="none", mixer="ssm", ssm_state=16),
+    # The same recipe with a mixture of experts in every layer (lesson 14): E = 6 SwiGLU experts of d_ff = 87, top-2.
+    # Active per token, per layer: the router d E = 384 and two experts 2 x 3 d 87 = 33,408, 33,792 in all, as
+    # llama-style's SwiGLU 3 d 176: so both have 463,424 active parameters (budget.active_params); the MoE holds
+    # 730,688 in total (6 experts), as many as llama-style with d_ff = 524 (the dense model of equal total size).
+    # Top-2, not top-1: with k = 1 the renormalised weight is 1 and the router would learn from the balancing loss only.
+    "moe-llama-style": dict(vocab_size=4096, context=512, d=64, n_layers=4, n_heads=4, ffn="moe", moe_experts=6,
+                            moe_k=2, d_ff=87, norm="rmsnorm", positions="rope", qkv="separate"),
     # The Wiola family (lesson 10). The paper states only wiola-360m's d, L, V, H, H_kv; its size tables are lost.
     # The other shapes are ours in the same spirit (d_h = 64, H_kv = H/4, L growing with d), and every DSFF pair
     # (d_A, d_B = 3 d_A) is what `budget.dsff_widths` derives for the nominal size (tested).
@@ -249,6 +276,8 @@ PRESETS: dict[str, dict] = {
                        d_ff_a=24, d_ff=48, **WIOLA),
     "tiny-ssm": dict(vocab_size=64, context=32, d=24, n_layers=2, ffn="swiglu", norm="rmsnorm", positions="none",
                      mixer="ssm", ssm_state=8),
+    "tiny-moe": dict(vocab_size=64, context=32, d=24, n_layers=2, n_heads=4, n_kv_heads=2, ffn="moe", moe_experts=4,
+                     moe_k=2, d_ff=32, norm="rmsnorm", positions="rope"),
     "tiny-yocto": dict(vocab_size=64, context=32, d=24, n_layers=2, n_heads=2, d_ff=96, ffn="gelu",
                        ffn_bias=True, norm="layernorm", positions="rope", qkv="unified"),
 }
@@ -291,7 +320,8 @@ class Block(nn.Module):
         self.norm1 = make_norm(cfg.norm, cfg.d, cfg.norm_eps)
         self.attn = make_mixer(cfg)
         self.norm2 = make_norm(cfg.norm, cfg.d, cfg.norm_eps)
-        self.ffn = make_ffn(cfg.ffn, cfg.d, cfg.hidden, cfg.ffn_bias, cfg.d_ff_a)
+        self.ffn = make_ffn(cfg.ffn, cfg.d, cfg.hidden, cfg.ffn_bias, cfg.d_ff_a, cfg.moe_experts, cfg.moe_k,
+                            cfg.moe_capacity)
         self.drop = nn.Dropout(cfg.dropout)
         self.merge_kind = cfg.atm if merges else None
         self.tau = cfg.atm_tau
@@ -356,6 +386,28 @@ class LanguageModel(nn.Module):
         ATM, or before the first training forward). The trainer logs these: mu is measured, never assumed."""
         return [atm.merge_ratio(block.last_slot) for block in self.blocks
                 if block.merge_kind is not None and block.last_slot is not None]
+
+    def moe_layers(self) -> list[MoE]:
+        """The mixture-of-experts feed-forward layers, in layer order (empty unless ffn="moe")."""
+        return [block.ffn for block in self.blocks if isinstance(block.ffn, MoE)]
+
+    def aux_loss(self) -> torch.Tensor:
+        """moe_aux * sum of L_bal + moe_z * sum of L_z over the MoE layers' latest forward (`moe.MoE`): what the
+        trainer adds to the training loss (never to the reported loss). 0 without MoE, or before a forward."""
+        total = self.embed.weight.new_zeros(())
+        for layer in self.moe_layers():
+            if layer.aux_loss is not None:
+                total = total + self.config.moe_aux * layer.aux_loss + self.config.moe_z * layer.z_loss
+        return total
+
+    def moe_stats(self) -> dict[str, torch.Tensor]:
+        """The MoE layers' latest forward: {"moe_load": (layers, E) fraction of assignments per expert,
+        "moe_dropped": (layers,) fraction of assignments dropped}; empty without MoE or before a forward."""
+        layers = [layer for layer in self.moe_layers() if layer.load is not None]
+        if not layers:
+            return {}
+        return {"moe_load": torch.stack([layer.load.float().cpu() for layer in layers]),
+                "moe_dropped": torch.stack([layer.dropped.float().cpu() for layer in layers])}
 
     @torch.no_grad()
     def atm_similarities(self, idx: torch.Tensor) -> torch.Tensor:

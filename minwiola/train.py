@@ -11,6 +11,9 @@ The recipe is the Wiola paper's (eqs. 42-43):
   `_no_weight_decay`: decay would pull its decay rates and frequencies toward 0). The tied embedding is a matrix
   and is decayed;
 * gradients clipped to global norm 1.0;
+* a mixture of experts (ffn="moe", lesson 14) adds its weighted balancing and z-losses (`model.aux_loss()`) to the
+  loss it trains on; the logged train_loss and every evaluation stay pure cross-entropy, and each step's record
+  holds the added "aux_loss", each MoE layer's load per expert ("moe_load") and fraction dropped ("moe_dropped");
 * learning rate: linear warmup over the first 5% of the run, then cosine decay to 0 (eq. 43). The "run" is the
   step budget, or the time budget if that ends first (the schedule then follows elapsed training time; time spent
   evaluating is not counted, so two models with the same budget get the same training time).
@@ -188,6 +191,18 @@ def evaluate(model: LanguageModel, tokens: np.ndarray, block_size: int, nbytes: 
             "bits_per_byte": nats / math.log(2) / max(text_bytes, 1), "tokens": count, "bytes": text_bytes}
 
 
+def moe_record(micro_batches: list[dict]) -> dict:
+    """A step's MoE numbers for its metrics record, each the mean over the step's micro-batches: "aux_loss" (what
+    was added to the loss), "moe_load" (per layer, the fraction of assignments each expert took) and "moe_dropped"
+    (per layer, the fraction dropped by the capacity limit). Empty for a model without MoE layers."""
+    if "moe_load" not in micro_batches[0]:
+        return {}
+    mean = {key: torch.stack([m[key] for m in micro_batches]).mean(0) for key in micro_batches[0]}
+    return {"aux_loss": mean["aux_loss"].item(),
+            "moe_load": [[round(f, 4) for f in layer] for layer in mean["moe_load"].tolist()],
+            "moe_dropped": [round(f, 4) for f in mean["moe_dropped"].tolist()]}
+
+
 def try_a_batch(model: LanguageModel, forward, tokens: np.ndarray, cfg: TrainConfig, device: torch.device) -> None:
     """One forward pass (compiled, if the run compiles) on a batch of training windows, on the device, with no
     gradient and no random draw the run uses: a data, device, compiler or memory problem, or a model whose output
@@ -260,6 +275,7 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.step, self.elapsed, self.best = 0, 0.0, math.inf
         self.mu_steps: list[list[float]] = []            # ATM's mu per merging layer, each step since the last eval
+        self.moe_step: dict = {}                          # the last step's MoE aux loss, loads, drops (empty: none)
         self.record = {"train": json.loads(json.dumps(dataclasses.asdict(cfg))),     # tuples -> lists, as stored
                        "model": dataclasses.asdict(model_cfg),
                        "tokenizer": {"sha256": self.tokenizer.hash(), "vocab_size": self.tokenizer.vocab_size},
@@ -304,14 +320,16 @@ class Trainer:
         for group in self.opt.param_groups:
             group["lr"] = lr
         self.model.train()
-        total = 0.0
+        total, moe = 0.0, []
         for _ in range(cfg.grad_accum):
             x, y = data.get_batch(self.train_tokens, cfg.batch_size, cfg.block_size, self.generator, self.device)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
                 logits = self.forward(x)
             loss = next_token_loss(logits, y)
-            (loss / cfg.grad_accum).backward()
+            aux = self.model.aux_loss()                   # MoE's balancing (+ z) losses, weighted; 0 without MoE
+            ((loss + aux) / cfg.grad_accum).backward()
             total += loss.item() / cfg.grad_accum
+            moe.append({"aux_loss": aux.detach().float().cpu(), **self.model.moe_stats()})
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
         if not (math.isfinite(total) and math.isfinite(norm.item())):   # a finite loss can still have inf grads
             self.opt.zero_grad(set_to_none=True)
@@ -320,6 +338,7 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
         self.mu_steps.append(self.model.merge_ratios())  # ATM's merge ratio per merging layer (empty without ATM)
+        self.moe_step = moe_record(moe)
         return total
 
     def evaluate_and_sample(self) -> dict:
@@ -393,7 +412,8 @@ class Trainer:
                 self.elapsed += seconds
                 record = {"step": self.step, "tokens": self.step * tokens_per_step, "train_loss": loss,
                           "lr": self.opt.param_groups[0]["lr"], "tokens_per_s": tokens_per_step / seconds,
-                          "elapsed_s": self.elapsed, **({"atm_mu": self.mu_steps[-1]} if self.mu_steps[-1] else {})}
+                          "elapsed_s": self.elapsed, **({"atm_mu": self.mu_steps[-1]} if self.mu_steps[-1] else {}),
+                          **self.moe_step}
                 runs.append_metrics(self.out, record)
                 bar.update(min(round(self.elapsed) - bar.n, bar.total - bar.n) if by_clock else 1)
                 bar.set_postfix(step=self.step, loss=f"{loss:.3f}", tok_s=f"{record['tokens_per_s']:,.0f}")
