@@ -1,0 +1,92 @@
+"""benchmarks/moe_bench.py's design (issue 19): the arms hold the parameters they claim (equal active, equal total),
+the stated rule, the look inside (per-expert token counts), and a tiny run end to end."""
+import json
+
+import pytest
+import torch
+from load_benchmark import benchmark
+
+from minwiola.budget import forward_flops
+from minwiola.model import LanguageModel, preset
+from minwiola.tokenizer import default_tokenizer
+
+
+def moe_bench():
+    return benchmark("moe_bench")
+
+
+def test_the_arms_hold_equal_active_and_total_parameters():
+    b = moe_bench()
+    c = {name: b.counts(name) for name in b.ARMS}
+    assert c["dense"] == {"total": 463_424, "active": 463_424}
+    assert c["moe"] == c["moe-no-aux"] == {"total": 730_688, "active": 463_424}       # equal ACTIVE with dense
+    assert c["dense-total"] == {"total": 730_688, "active": 730_688}                  # equal TOTAL with moe
+    assert c["dsff"] == {"total": 463_424, "active": 463_424}                         # DSFF: every parameter active
+    assert b.arm_config("moe-no-aux", 128)[1]["moe_aux"] == 0.0
+    assert b.arm_config("moe", 128)[1] == {"dropout": 0.0, "context": 128}             # the preset as it is
+    cfg = {name: preset(*b.arm_config(name, 128)[:1], **b.arm_config(name, 128)[1]) for name in ("dense", "moe")}
+    assert forward_flops(cfg["dense"], 128) == forward_flops(cfg["moe"], 128)     # equal forward FLOPs per token
+
+
+def test_the_stated_rule():
+    b = moe_bench()
+    assert b.compare([1.40, 1.41, 1.42], [1.50, 1.52, 1.51])["verdict"] == "lower"        # 0.1 > 2 x 0.02
+    assert b.compare([1.60, 1.61, 1.62], [1.50, 1.52, 1.51])["verdict"] == "higher"
+    assert b.compare([1.45, 1.50, 1.47], [1.50, 1.60, 1.55])["verdict"] == "within noise"  # 0.083 < 2 x 0.1
+    assert b.compare([1.40], [1.50])["verdict"] == "one seed"
+    assert b.compare([1.40], [1.50, 1.52]) == {"difference": pytest.approx(-0.11), "bound": pytest.approx(0.04),
+                                                "verdict": "lower"}
+
+
+def test_expert_tokens_counts_each_experts_tokens():
+    b = moe_bench()
+    tok = default_tokenizer()
+    ids = torch.tensor(tok.encode(" the cat the dog the cat"))
+    top1 = torch.tensor([[0 if i % 2 == 0 else 1 for i in range(len(ids))]])      # even positions to expert 0
+    got = b.expert_tokens(top1, ids, tok, top=2)
+    assert len(got) == 1 and len(got[0]) == 2
+    assert sum(e["share"] for e in got[0]) == pytest.approx(1.0)
+    names = [t[0] for t in got[0][0]["tokens"]]
+    assert names[0] == " the" and got[0][0]["tokens"][0][1:] == [3, 1.0]              # every " the" went to 0
+
+
+def test_routing_measures_load_and_top1():
+    b = moe_bench()
+    torch.manual_seed(0)
+    model = LanguageModel(preset("tiny-moe", moe_capacity=1.0)).eval()
+    batch = torch.randint(0, 64, (4, 32))
+    seen = b.routing(model, batch, chunk=2)
+    assert seen["top1"].shape == (2, 4 * 32)
+    for layer, load in zip(model.moe_layers(), seen["load"]):
+        assert sum(load) == pytest.approx(1.0)
+    assert all(0 <= d <= 1 for d in seen["dropped"])
+    assert ((seen["top1"] >= 0) & (seen["top1"] < 4)).all()
+
+
+def test_a_tiny_run_end_to_end(tmp_path):
+    b = moe_bench()
+    result = tmp_path / "moe.json"
+    common = ["--shape", '{"d": 16, "n_layers": 1, "n_heads": 2}', "--steps", "3", "--eval-every", "3",
+              "--eval-max-windows", "2", "--block-size", "32", "--inside-tokens", "256",
+              "--runs", str(tmp_path / "runs"), "--result", str(result)]
+    assert b.main([*common, "--seeds", "0", "--arms", "dense", "moe"]) == 0
+    r = json.loads(result.read_text())
+    assert r["partial"] is True and set(r["arms"]) == {"dense", "moe"}
+    assert r["comparison"]["moe vs dense"]["verdict"] == "one seed"
+    assert b.main([*common, "--seeds", "0", "1", "--seeds-no-aux", "0"]) == 0           # resumes; the rest trains
+    r = json.loads(result.read_text())
+    assert r["partial"] is False and set(r["arms"]) == set(b.ARMS)
+    moe = r["arms"]["moe"]["seeds"]["0"]
+    assert len(moe["held_out_load"]) == 1 and sum(moe["held_out_load"][0]) == pytest.approx(1.0)
+    assert moe["held_out_dropped"] == [0.0]                                            # no capacity limit
+    assert moe["load_over_training"]["steps"][-1] == 3
+    assert "load_over_training" not in r["arms"]["dense"]["seeds"]["0"]
+    assert len(r["inside"]["experts"][0]) == 6 and r["inside"]["run"] == "moe-s0"
+    assert r["comparison"]["moe vs dense"]["verdict"] in ("lower", "higher", "within noise")
+    assert (tmp_path / "moe.png").exists() and "| `moe` | 730" not in b.report(r)     # shrunk: other counts
+    before = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert b.main([*common, "--evaluate-only", "--seeds", "0", "1", "--seeds-no-aux", "0"]) == 0
+    again = json.loads(result.read_text())
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before             # trained nothing
+    assert again["arms"]["moe"]["mean_bits_per_byte"] == pytest.approx(r["arms"]["moe"]["mean_bits_per_byte"])
+    assert "| `dense-total` | " in b.report(again)
