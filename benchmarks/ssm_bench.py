@@ -4,7 +4,9 @@
     python benchmarks/ssm_bench.py --parts costs                          # a few minutes
     python benchmarks/ssm_bench.py --parts train --arms llama-style &     # two processes, one arm each...
     python benchmarks/ssm_bench.py --parts train --arms ssm-llama-style   # ...(the sweep, then the seeds)
-    python benchmarks/ssm_bench.py --parts train --arms selective         # one seed, at the S4D arm's best rate
+    python benchmarks/ssm_bench.py --parts train --arms selective --seeds 0   # one seed, at the S4D arm's rate
+    python benchmarks/ssm_bench.py --parts long --arms llama-style &      # 3,000 steps, seed 0, each arm...
+    python benchmarks/ssm_bench.py --parts long --arms ssm-llama-style    # ...at its best rate
     python benchmarks/ssm_bench.py --evaluate-only                        # gather every finished run
 
 **Costs** (`--parts costs`; batch 1, d = 64, float32, no gradients, the thread count of the process). Seconds per
@@ -33,6 +35,9 @@ skipped, is a letter, digit, comma or other mid-sentence mark: not the story's s
 quote) and that already occurred earlier in the same window (in any position): mostly names, copied from earlier in
 the story. Per trained model: mean loss (nats) and top-1 accuracy on those positions and on all positions of the same
 windows. Attention can look a name up exactly; a fixed-size state must have kept it.
+
+**Longer runs** (`--parts long`): one run of --long-steps (3,000) per arm, seed 0, at the rate its sweep found best,
+gathered and probed the same way: whether five times the training changes what each architecture recalls.
 
 Runs live in --runs/ARM-lrRATE-sSEED: finished ones are reused (after checking their settings), stopped ones
 resumed. The result file is rewritten after every run (merged with what another process wrote there), so a partial
@@ -104,21 +109,22 @@ def arm_config(name: str, block_size: int, shape: dict | None = None) -> tuple[s
     return arm["preset"], overrides
 
 
-def run_name(name: str, lr: float, seed: int) -> str:
-    return f"{name}-lr{lr:g}-s{seed}"
+def run_name(name: str, lr: float, seed: int, steps: int | None = None) -> str:
+    """The run's folder name; a longer run (`--parts long`) says its steps."""
+    return f"{name}-lr{lr:g}-s{seed}" + (f"-steps{steps}" if steps else "")
 
 
-def train(name: str, lr: float, seed: int, args) -> Path:
-    """Train (or reuse, or resume) one run; its folder."""
+def train(name: str, lr: float, seed: int, args, steps: int | None = None) -> Path:
+    """Train (or reuse, or resume) one run of args.steps (or `steps`, a longer run); its folder."""
     base, overrides = arm_config(name, args.block_size, args.shape)
-    cfg = TrainConfig(preset=base, overrides=overrides, steps=args.steps, batch_size=args.batch_size,
+    cfg = TrainConfig(preset=base, overrides=overrides, steps=steps or args.steps, batch_size=args.batch_size,
                       block_size=args.block_size, lr=lr, seed=seed, eval_every=args.eval_every, sample_tokens=60,
                       eval_max_windows=args.eval_max_windows)
-    return train_or_reuse(cfg, Path(args.runs) / run_name(name, lr, seed))
+    return train_or_reuse(cfg, Path(args.runs) / run_name(name, lr, seed, steps))
 
 
-def finished(name: str, lr: float, seed: int, args) -> bool:
-    return (Path(args.runs) / run_name(name, lr, seed) / "loss.png").exists()
+def finished(name: str, lr: float, seed: int, args, steps: int | None = None) -> bool:
+    return (Path(args.runs) / run_name(name, lr, seed, steps) / "loss.png").exists()
 
 
 def best_rate(sweep: dict) -> float | None:
@@ -246,6 +252,27 @@ def decoding(name: str, T: int, steps: int = 8, seed: int = 0) -> dict:
             "median_seconds_per_token": statistics.median(times)}
 
 
+def step_seconds(names: list[str], block: int, batch: int, repeat: int = 5, shape: dict | None = None) -> dict:
+    """Seconds of one training step (forward, backward, AdamW) of each arm on batch x block random tokens, the arms
+    taking turns in one process (so a change of load hits them alike); the best of `repeat` turns each."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 4096, (batch, block + 1))
+    models, times = {}, {name: [] for name in names}
+    for name in names:
+        base, overrides = arm_config(name, block, shape)
+        models[name] = LanguageModel(preset(base, **overrides))
+        models[name].optimizer = torch.optim.AdamW(models[name].parameters(), 1e-3)
+    for turn in range(repeat + 1):                          # the first turn warms up
+        for name, model in models.items():
+            start = time.perf_counter()
+            model.loss(ids[:, :-1], ids[:, 1:]).backward()
+            model.optimizer.step()
+            model.optimizer.zero_grad()
+            if turn:
+                times[name].append(time.perf_counter() - start)
+    return {name: min(t) for name, t in times.items()}
+
+
 def costs(args) -> dict:
     Ts = args.lengths
     out = {"d": 64, "batch": 1, "dtype": "float32", "lengths": Ts, "repeat": args.repeat,
@@ -260,6 +287,8 @@ def costs(args) -> dict:
             for key, value in decoding(name, T, args.decode_steps).items():
                 out["decoding"][name][key].append(value)
         print(f"T = {T}: " + ", ".join(f"{m} {out['mixers'][m][-1] * 1e3:.2f} ms" for m in MIXERS), flush=True)
+    out["train_step"] = {"batch": args.batch_size, "block": args.block_size,
+                         "seconds": step_seconds(list(ARMS), args.block_size, args.batch_size, args.repeat, args.shape)}
     out["load_average_after"] = round(os.getloadavg()[0], 2)
     return out
 
@@ -309,8 +338,9 @@ def write(result: dict, path: Path) -> None:
         if disk.get("steps") == result["steps"] and disk.get("block_size") == result["block_size"]:
             for name, arm in disk.get("arms", {}).items():
                 mine = result["arms"].setdefault(name, arm)
-                for key in ("sweep", "seeds"):
-                    mine[key] = {**arm.get(key, {}), **mine.get(key, {})}
+                for key in ("sweep", "seeds", "long"):
+                    if key in arm or key in mine:
+                        mine[key] = {**arm.get(key, {}), **mine.get(key, {})}
             result.setdefault("costs", disk.get("costs"))
             if result["costs"] is None:
                 result.pop("costs")
@@ -390,9 +420,42 @@ def plot(result: dict, path: Path | None = None):
     return fig
 
 
+def report(result: dict) -> str:
+    """The README's two tables, from a result file: the training comparison with the probe, and the costs."""
+    rows = ["| arm | parameters | peak rate | seeds | bits/byte (mean) | spread (max - min) | nats/token | tokens/s "
+            "| difference | 2 x larger spread | verdict | probe loss: names | all tokens | probe top-1: names |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, arm in result["arms"].items():
+        c = result["comparison"].get(name)
+        versus = (f"{c['difference']:+.4f} | {c['bound']:.4f} | {c['verdict']}" if c else "| | reference")
+        rows.append(f"| `{name}` | {arm['params']:,} | {arm['best_lr']:g} | {len(arm['seeds'])} | "
+                    f"{arm['mean_bits_per_byte']:.4f} | {arm['spread_bits_per_byte']:.4f} | "
+                    f"{arm['mean_nats_per_token']:.3f} | {arm['mean_tokens_per_s']:,.0f} | {versus} | "
+                    f"{arm['probe_recall_loss']:.3f} | {arm['probe_all_loss']:.3f} | {arm['probe_recall_top1']:.1%} |")
+    cost = result["costs"]
+    rows += ["", "| T | " + " | ".join(MIXERS) + " | ms/token, KV cache | ms/token, SSM state | KV cache | SSM state |",
+             "|---" * (len(MIXERS) + 5) + "|"]
+    dec = cost["decoding"]
+    for i, T in enumerate(cost["lengths"]):
+        if T in (cost["lengths"][0], 1024, cost["lengths"][-1]):
+            rows.append(f"| {T:,} | " + " | ".join(f"{cost['mixers'][m][i] * 1e3:.1f} ms" for m in MIXERS)
+                        + f" | {dec['llama-style']['seconds_per_token'][i] * 1e3:.2f} | "
+                        f"{dec['ssm-llama-style']['seconds_per_token'][i] * 1e3:.2f} | "
+                        f"{dec['llama-style']['bytes'][i] / 2**20:.2f} MiB | {dec['ssm-llama-style']['bytes'][i] / 2**10:.0f} KiB |")
+    step = cost.get("train_step")
+    if step:
+        rows += ["", f"| arm | s/step ({step['batch']} x {step['block']} tokens, best of {cost['repeat']}, arms in turn) "
+                     "| tokens/s |", "|---|---|---|"]
+        for name, seconds in step["seconds"].items():
+            rows.append(f"| `{name}` | {seconds:.3f} | {step['batch'] * step['block'] / seconds:,.0f} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--parts", nargs="+", default=["costs", "train"], choices=["costs", "train"])
+    parser.add_argument("--parts", nargs="+", default=["costs", "train"], choices=["costs", "train", "long"],
+                        help="long: one longer run (--long-steps, seed 0) per arm at its best rate, probed")
+    parser.add_argument("--long-steps", type=int, default=3000)
     parser.add_argument("--arms", nargs="+", default=["llama-style", "ssm-llama-style"], choices=list(ARMS))
     parser.add_argument("--rates", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -409,10 +472,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-steps", type=int, default=8)
     parser.add_argument("--runs", default=str(ROOT / "runs" / "ssm"))
     parser.add_argument("--result", default=str(ROOT / "results" / "ssm_bench.json"))
+    parser.add_argument("--report", action="store_true", help="print the README's tables from --result; run nothing")
     parser.add_argument("--evaluate-only", action="store_true",
                         help="gather every finished run of every arm (and probe it); train and time nothing")
     args = parser.parse_args(argv)
     path = Path(args.result)
+    if args.report:
+        print(report(json.loads(path.read_text())))
+        return 0
     result = {"command": "python benchmarks/ssm_bench.py" + "".join(" " + a for a in (argv or sys.argv[1:])),
               "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "data": data.describe_source(), "steps": args.steps,
@@ -427,10 +494,10 @@ def main(argv: list[str] | None = None) -> int:
                             "occurred earlier in the window; loss and top-1 there vs on all positions",
               "arms": {}}
     if args.evaluate_only:
-        args.parts, args.arms = ["train"], [a for a in ARMS if any(
+        args.parts, args.arms = ["train", "long"], [a for a in ARMS if any(
             finished(a, lr, s, args) for lr in args.rates for s in args.seeds)]
     windows = None
-    if "train" in args.parts:
+    if "train" in args.parts or "long" in args.parts:
         stories = data.load_stories("valid")[:args.probe_stories]
         windows = probe_windows(stories, default_tokenizer(), args.block_size)
         result["probe_positions"] = {"stories": len(stories), "recall": int(windows["recall"].sum()),
@@ -438,9 +505,33 @@ def main(argv: list[str] | None = None) -> int:
     if "costs" in args.parts and not args.evaluate_only:
         result["costs"] = {"command": result["command"], "commit": result["commit"], **costs(args)}
         write(result, path)
-    if "train" not in args.parts:
+    if "train" in args.parts:
+        comparison(result, args, windows, path)
+    if "long" in args.parts:
+        longer(result, args, windows, path)
+    write(result, path)
+    return 0
+
+
+def longer(result: dict, args, windows: dict, path: Path) -> None:
+    """One run of --long-steps (seed 0) per arm at the best rate its sweep found, gathered and probed: does more
+    training change what each architecture recalls?"""
+    stored = json.loads(path.read_text())["arms"] if path.exists() else {}
+    for name in args.arms:
+        lr = result["arms"].get(name, {}).get("best_lr") or stored.get(name, {}).get("best_lr")
+        if lr is None or (args.evaluate_only and not finished(name, lr, 0, args, args.long_steps)):
+            continue
+        arm = result["arms"].setdefault(name, {k: v for k, v in stored[name].items() if k not in ("sweep", "seeds")}
+                                        | {"sweep": {}, "seeds": {}})
+        arm.setdefault("long", {})[str(args.long_steps)] = {"lr": lr, "seed": 0, **gather_run(
+            train(name, lr, 0, args, args.long_steps), windows)}
         write(result, path)
-        return 0
+        print(f"{name}: {args.long_steps} steps at lr {lr:g}: {arm['long'][str(args.long_steps)]['bits_per_byte']:.4f} "
+              f"bits/byte", flush=True)
+
+
+def comparison(result: dict, args, windows: dict, path: Path) -> None:
+    """The sweep and the seeds of every arm asked for (trained, resumed or reused), gathered and probed."""
     for name in args.arms:
         base, overrides = arm_config(name, args.block_size, args.shape)
         arm = result["arms"].setdefault(name, {"preset": base, "overrides": overrides, "rate_from": ARMS[name]["rate_from"],
@@ -474,8 +565,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} lr {lr:g} seed {seed}: {s['bits_per_byte']:.4f} bits/byte"
                   + (f", probe loss {s['probe']['recall']['loss']:.3f} (all {s['probe']['all']['loss']:.3f})"
                      if "probe" in s else ""), flush=True)
-    write(result, path)
-    return 0
 
 
 if __name__ == "__main__":

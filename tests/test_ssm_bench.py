@@ -94,10 +94,12 @@ def test_a_tiny_run_end_to_end(tmp_path):
               "--eval-max-windows", "2", "--block-size", "32", "--rates", "0.01", "0.003", "--seeds", "0", "1",
               "--probe-stories", "20", "--runs", str(tmp_path / "runs"), "--result", str(result)]
     assert b.main(["--parts", "costs", "--lengths", "16", "32", "--repeat", "1", "--decode-steps", "2", *common]) == 0
-    assert b.main(["--parts", "train", "--arms", "llama-style", "ssm-llama-style", *common]) == 0
+    assert b.main(["--parts", "train", "long", "--long-steps", "3", "--arms", "llama-style", "ssm-llama-style",
+                   *common]) == 0
     r = json.loads(result.read_text())
     cost = r["costs"]
     assert set(cost["mixers"]) == set(b.MIXERS) and all(len(v) == 2 for v in cost["mixers"].values())
+    assert set(cost["train_step"]["seconds"]) == set(b.ARMS)
     for dec in cost["decoding"].values():
         assert dec["bytes"] == dec["analytic_bytes"]                   # the caches hold what budget says
     assert cost["decoding"]["ssm-llama-style"]["bytes"][0] == cost["decoding"]["ssm-llama-style"]["bytes"][1]
@@ -107,12 +109,15 @@ def test_a_tiny_run_end_to_end(tmp_path):
         assert set(arm["sweep"]) == {"0.01", "0.003"} and set(arm["seeds"]) == {"0", "1"}
         assert arm["best_lr"] in (0.01, 0.003) and "probe" in arm["seeds"]["1"]
         assert arm["spread_bits_per_byte"] >= 0 and arm["probe_recall_loss"] > 0
+        assert arm["long"]["3"]["steps"] == 3 and arm["long"]["3"]["lr"] == arm["best_lr"] and "probe" in arm["long"]["3"]
     assert r["comparison"]["ssm-llama-style"]["verdict"] in ("lower", "higher", "within noise")
     assert (tmp_path / "ssm.png").exists()
     # --evaluate-only trains nothing, gathers the same runs and keeps the costs
     before = sorted(p.name for p in (tmp_path / "runs").iterdir())
-    assert b.main(["--evaluate-only", *common]) == 0
+    assert b.main(["--evaluate-only", "--long-steps", "3", *common]) == 0
     again = json.loads(result.read_text())
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before
     assert again["costs"] == cost and again["arms"]["llama-style"]["seeds"].keys() == {"0", "1"}
+    assert again["arms"]["ssm-llama-style"]["long"]["3"] == r["arms"]["ssm-llama-style"]["long"]["3"]
+    assert "| `ssm-llama-style` | " in b.report(again)
     assert again["arms"]["llama-style"]["mean_bits_per_byte"] == pytest.approx(r["arms"]["llama-style"]["mean_bits_per_byte"])
