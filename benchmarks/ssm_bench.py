@@ -366,8 +366,7 @@ def plot(result: dict, path: Path | None = None):
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.4))
-    (a, b, e), (c, d, spare) = axes
-    spare.axis("off")
+    (a, b, e), (c, d, f) = axes
     cost = result.get("costs")
     if cost:
         Ts = cost["lengths"]
@@ -381,11 +380,15 @@ def plot(result: dict, path: Path | None = None):
             line, = b.loglog(Ts, np.array(dec["bytes"]) / 2**20, "o-", label=f"{name}: {dec['cache']}, measured")
             b.loglog(Ts, np.array(dec["analytic_bytes"]) / 2**20, "x--", color=line.get_color(),
                      label=f"{name}: budget's formula")
-            e.loglog(Ts, np.array(dec["seconds_per_token"]) * 1e3, "o-", label=f"{name} ({dec['cache']})")
+            e.semilogx(Ts, np.array(dec["seconds_per_token"]) * 1e3, "o-", label=f"{name} ({dec['cache']})")
         b.set_title("(b) decoding memory at position T (float32, batch 1)", fontsize=9)
         b.set_xlabel("position T (tokens)")
         b.set_ylabel("MiB held by the caches")
         b.legend(fontsize=7)
+        for ax in (a, b, e):
+            ax.set_xticks(Ts, [str(T) for T in Ts])
+            ax.minorticks_off()
+        e.set_yscale("linear")
         e.set_title("(e) the whole model, one new token at position T", fontsize=9)
         e.set_xlabel("position T (tokens)")
         e.set_ylabel("ms per token (best of the decoded tokens)")
@@ -412,6 +415,19 @@ def plot(result: dict, path: Path | None = None):
     d.set_xticks(range(len(names)), names, fontsize=8)
     d.set_ylabel("held-out loss (nats/token)")
     d.set_title("(d) recall probe: hatched, names seen before; plain, all tokens (dots: seeds)", fontsize=9)
+    longer = [(n, steps, run) for n, arm in arms.items() for steps, run in arm.get("long", {}).items()]
+    for i, (name, steps, run) in enumerate(longer):
+        for j, part in enumerate(("recall", "all")):
+            f.bar(i + (j - 0.5) * 0.38, run["probe"][part]["loss"], 0.36, color=f"C{list(arms).index(name)}",
+                  alpha=1.0 if j else 0.55, hatch="" if j else "//", edgecolor="k")
+            f.text(i + (j - 0.5) * 0.38, run["probe"][part]["loss"], f"{run['probe'][part]['top1']:.0%}",
+                   ha="center", va="bottom", fontsize=7)
+    if longer:
+        f.set_xticks(range(len(longer)), [f"{n}\n{s} steps, seed 0" for n, s, _ in longer], fontsize=8)
+        f.set_ylabel("held-out loss (nats/token)")
+        f.set_title("(f) after the longer runs (hatched: names; numbers: top-1)", fontsize=9)
+    else:
+        f.axis("off")
     fig.suptitle(f"{result['data']} | {result['hardware']}", fontsize=9)
     fig.tight_layout()
     if path is not None:
@@ -432,6 +448,15 @@ def report(result: dict) -> str:
                     f"{arm['mean_bits_per_byte']:.4f} | {arm['spread_bits_per_byte']:.4f} | "
                     f"{arm['mean_nats_per_token']:.3f} | {arm['mean_tokens_per_s']:,.0f} | {versus} | "
                     f"{arm['probe_recall_loss']:.3f} | {arm['probe_all_loss']:.3f} | {arm['probe_recall_top1']:.1%} |")
+    longer = [(n, steps, run) for n, arm in result["arms"].items() for steps, run in arm.get("long", {}).items()]
+    if longer:
+        rows += ["", "| longer run | peak rate | bits/byte | nats/token | probe loss: names | all tokens "
+                     "| probe top-1: names | all tokens |", "|---|---|---|---|---|---|---|---|"]
+        for name, steps, run in longer:
+            rows.append(f"| `{name}`, {int(steps):,} steps, seed 0 | {run['lr']:g} | {run['bits_per_byte']:.4f} | "
+                        f"{run['nats_per_token']:.3f} | {run['probe']['recall']['loss']:.3f} | "
+                        f"{run['probe']['all']['loss']:.3f} | {run['probe']['recall']['top1']:.1%} | "
+                        f"{run['probe']['all']['top1']:.1%} |")
     cost = result["costs"]
     rows += ["", "| T | " + " | ".join(MIXERS) + " | ms/token, KV cache | ms/token, SSM state | KV cache | SSM state |",
              "|---" * (len(MIXERS) + 5) + "|"]

@@ -242,3 +242,23 @@ def test_readme_extrapolation_table_comes_from_results():
         at_L = statistics.mean(s["nats_per_token_at_L"] for s in a["seeds"].values())
         assert (f"| {name} | {len(a['seeds'])} | {a['gap']:+.3f} | {a['spread']:.3f} | {a['verdict']} | "
                 f"{at_L:.3f} |") in README, name
+
+
+def test_readme_ssm_tables_come_from_results():
+    r = json.loads((ROOT / "results" / "ssm_bench.json").read_text())
+    assert r["data"].startswith("TinyStories sample") and "TinyStories sample" in README
+    assert r["command"] in README and r["costs"]["command"] in README          # the commands that wrote them
+    for line in benchmark("ssm_bench").report(r).splitlines():       # every row of the three tables
+        assert line in README, line
+    arms, c = r["arms"], r["comparison"]["ssm-llama-style"]
+    long = {name: next(iter(arm["long"].values())) for name, arm in arms.items() if arm.get("long")}
+    recall = long["ssm-llama-style"]["probe"]["recall"]["loss"] - long["llama-style"]["probe"]["recall"]["loss"]
+    text = " ".join(README.split())
+    for claim in (f"S4D is {-c['difference']:.2f} bits per byte lower",
+                  f"scatter by {arms['llama-style']['spread_bits_per_byte']:.2f} (S4D's by "
+                  f"{arms['ssm-llama-style']['spread_bits_per_byte']:.3f})",
+                  f"{long['ssm-llama-style']['bits_per_byte'] - long['llama-style']['bits_per_byte']:.2f} bits per byte",
+                  f"{recall:.2f} nats lower",
+                  f"{long['llama-style']['probe']['recall']['top1']:.0%} of the time against the SSM's "
+                  f"{long['ssm-llama-style']['probe']['recall']['top1']:.0%}"):
+        assert claim in text, claim
