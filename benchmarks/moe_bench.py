@@ -27,7 +27,8 @@ over seeds is a finding ("lower"/"higher") when its size exceeds twice the large
 (max - min), else "within noise". With one seed in either arm there is no spread: the verdict is then "one seed".
 
 "Look inside": for the trained `moe` seed 0 (best weights), every held-out token's top-1 expert in each layer; per
-layer and expert, the share of tokens it takes and its most frequent tokens.
+layer and expert, the share of tokens it takes and its most frequent tokens; and per layer the "purity", the
+fraction of tokens that go where their token id goes most often (1 would be routing by the token id alone).
 
 Runs live in --runs/ARM-sSEED (runs/moe/, nothing reused from other benchmarks): finished ones are reused (after
 checking their settings), stopped ones resumed. The result (and .png) is rewritten after every run, so a partial
@@ -153,6 +154,19 @@ def expert_tokens(top1: torch.Tensor, ids: torch.Tensor, tokenizer, top: int = 8
         out.append([{"share": sum(per[e].values()) / len(ids),
                      "tokens": [[tokenizer.decode([t]), c, round(c / overall[t], 3)] for t, c in per[e].most_common(top)]}
                     for e in range(n_experts)])
+    return out
+
+
+def purity(top1: torch.Tensor, ids: torch.Tensor) -> list[float]:
+    """Per layer, how much the top-1 choice is a function of the token itself: the fraction of held-out tokens that
+    go to the expert their token id goes to most often (1: routing by token id alone; 1/E or so: unrelated)."""
+    ids = ids.reshape(-1).tolist()
+    out = []
+    for layer in top1.tolist():
+        per = collections.defaultdict(collections.Counter)
+        for token, e in zip(ids, layer):
+            per[token][e] += 1
+        out.append(sum(max(c.values()) for c in per.values()) / len(ids))
     return out
 
 
@@ -294,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
                       "held_out_dropped": seen["dropped"]}
             if name == "moe" and (seed == min(args.seeds) or "inside" not in result):
                 result["inside"] = {"run": out.name, "tokens": batch.numel(), "rule": "top-1 router choice per token",
-                                    "experts": expert_tokens(seen["top1"], batch, tokenizer)}
+                                    "experts": expert_tokens(seen["top1"], batch, tokenizer),
+                                    "purity": purity(seen["top1"], batch)}
         arm["seeds"][str(seed)] = entry
         summarise(result)
         result_path.write_text(json.dumps(result, indent=1) + "\n")

@@ -48,6 +48,9 @@ def test_expert_tokens_counts_each_experts_tokens():
     assert sum(e["share"] for e in got[0]) == pytest.approx(1.0)
     names = [t[0] for t in got[0][0]["tokens"]]
     assert names[0] == " the" and got[0][0]["tokens"][0][1:] == [3, 1.0]              # every " the" went to 0
+    by_id = torch.tensor([[hash(t) % 3 for t in ids.tolist()]])
+    assert b.purity(by_id, ids) == [1.0]                                               # a function of the id
+    assert b.purity(torch.tensor([[0, 1, 0, 1]]), torch.tensor([5, 5, 5, 5])) == [0.5]
 
 
 def test_routing_measures_load_and_top1():
@@ -82,6 +85,7 @@ def test_a_tiny_run_end_to_end(tmp_path):
     assert moe["load_over_training"]["steps"][-1] == 3
     assert "load_over_training" not in r["arms"]["dense"]["seeds"]["0"]
     assert len(r["inside"]["experts"][0]) == 6 and r["inside"]["run"] == "moe-s0"
+    assert len(r["inside"]["purity"]) == 1 and 0 < r["inside"]["purity"][0] <= 1
     assert r["comparison"]["moe vs dense"]["verdict"] in ("lower", "higher", "within noise")
     assert (tmp_path / "moe.png").exists() and "| `moe` | 730" not in b.report(r)     # shrunk: other counts
     before = sorted(p.name for p in (tmp_path / "runs").iterdir())
@@ -90,3 +94,15 @@ def test_a_tiny_run_end_to_end(tmp_path):
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before             # trained nothing
     assert again["arms"]["moe"]["mean_bits_per_byte"] == pytest.approx(r["arms"]["moe"]["mean_bits_per_byte"])
     assert "| `dense-total` | " in b.report(again)
+
+
+def test_readme_moe_table_comes_from_results():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    r = json.loads((root / "results" / "moe_bench.json").read_text())
+    assert f"`{r['command']}`" in readme and r["data"].startswith("TinyStories sample")
+    assert moe_bench().report(r) in readme
+    for pair, v in r["comparison"].items():
+        assert f"{pair}: {v['difference']:+.4f} ({v['verdict']})" in readme, pair
+    assert ("partial" in readme.split("**Mixture of experts**")[1][:600]) == r["partial"]
