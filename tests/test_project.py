@@ -262,3 +262,11 @@ def test_readme_ssm_tables_come_from_results():
                   f"{long['llama-style']['probe']['recall']['top1']:.0%} of the time against the SSM's "
                   f"{long['ssm-llama-style']['probe']['recall']['top1']:.0%}"):
         assert claim in text, claim
+
+
+def test_lesson_00_maps_every_lesson():
+    cells = json.loads((ROOT / "lessons" / "00_start_here.ipynb").read_text())["cells"]
+    prose = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    rows = set(re.findall(r"^\| (\d\d) \|", prose, flags=re.M))
+    lessons = {path.name[:2] for path in (ROOT / "lessons").glob("[0-9][0-9]_*.ipynb")}
+    assert rows == lessons, f"lesson 00's map is wrong about lesson(s) {sorted(rows ^ lessons)}"
