@@ -4,6 +4,7 @@ import dataclasses
 import json
 import os
 import platform
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -44,3 +45,29 @@ def train_or_reuse(cfg, out: Path) -> Path:
     Trainer(cfg, out, resume=resume, overwrite=not resume, progress=False, quiet=True).run()
     print(f"{out.name}: {time.perf_counter() - start:.0f} s", flush=True)
     return out
+
+
+def compare(arm: list[float], reference: list[float]) -> dict:
+    """The comparisons' stated rule, on one number per seed (held-out bits per byte) for two arms: the difference of
+    the means, arm minus reference, is "lower" or "higher" when its size exceeds twice the larger seed spread
+    (max - min) of the two, else "within noise"; "one seed" when neither arm has two seeds (no spread to judge by).
+    With one seed in one arm the rule rests on the other arm's spread alone."""
+    spread = max(max(arm) - min(arm), max(reference) - min(reference))
+    difference = statistics.mean(arm) - statistics.mean(reference)
+    if len(arm) < 2 and len(reference) < 2:
+        word = "one seed"
+    elif abs(difference) > 2 * spread:
+        word = "lower" if difference < 0 else "higher"
+    else:
+        word = "within noise"
+    return {"difference": difference, "bound": 2 * spread, "verdict": word}
+
+
+def save_or_return(fig, path: Path | None, dpi: int = 110):
+    """A benchmark's figure: written to `path` and closed (a script), or returned open when path is None (a lesson
+    shows it)."""
+    if path is not None:
+        import matplotlib.pyplot as plt
+        fig.savefig(path, dpi=dpi)
+        plt.close(fig)
+    return fig

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import ROOT, commit, hardware, train_or_reuse  # noqa: E402 (benchmarks/common.py)
+from common import ROOT, commit, hardware, save_or_return, train_or_reuse  # noqa: E402 (benchmarks/common.py)
 from train_runs import best_eval  # noqa: E402
 
 from minwiola import data  # noqa: E402
@@ -157,10 +157,7 @@ def plot(result: dict, path: Path | None = None):
         ax.set_xlabel("position in the window (tokens)")
     fig.suptitle(result["data"], fontsize=9)
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-    return fig
+    return save_or_return(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

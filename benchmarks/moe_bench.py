@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common import ROOT, commit, hardware, train_or_reuse  # noqa: E402 (benchmarks/common.py)
+from common import ROOT, commit, compare, hardware, save_or_return, train_or_reuse  # noqa: E402 (benchmarks/common.py)
 from train_runs import best_eval  # noqa: E402
 
 from minwiola import data  # noqa: E402
@@ -76,20 +76,6 @@ def counts(name: str, block_size: int = 128, shape: dict | None = None) -> dict:
     """Total and active parameters of arm `name`."""
     cfg = preset(*arm_config(name, block_size, shape)[:1], **arm_config(name, block_size, shape)[1])
     return {"total": count_params(cfg), "active": active_params(cfg)}
-
-
-def compare(a: list[float], b: list[float]) -> dict:
-    """The rule: arm a's mean bits/byte minus arm b's; "lower"/"higher" when its size exceeds 2 x the larger seed
-    spread (max - min) of the two, else "within noise"; "one seed" when neither arm has two seeds."""
-    spread = max(max(a) - min(a), max(b) - min(b))
-    diff = statistics.mean(a) - statistics.mean(b)
-    if len(a) < 2 and len(b) < 2:
-        word = "one seed"
-    elif abs(diff) > 2 * spread:
-        word = "lower" if diff < 0 else "higher"
-    else:
-        word = "within noise"
-    return {"difference": diff, "bound": 2 * spread, "verdict": word}
 
 
 def load_over_training(out: Path, points: int = 30) -> dict:
@@ -244,10 +230,7 @@ def plot(result: dict, path: Path | None = None):
         right.legend(fontsize=7, ncol=2)
     fig.suptitle(result["data"] + (" (partial)" if result.get("partial") else ""), fontsize=9)
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-    return fig
+    return save_or_return(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,7 +58,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import ROOT, commit, hardware, train_or_reuse  # noqa: E402 (benchmarks/common.py)
+from common import ROOT, commit, compare, hardware, save_or_return, train_or_reuse  # noqa: E402 (benchmarks/common.py)
 from tokenizer_bench import best_of  # noqa: E402
 from train_runs import best_eval  # noqa: E402
 
@@ -130,17 +130,6 @@ def finished(name: str, lr: float, seed: int, args, steps: int | None = None) ->
 def best_rate(sweep: dict) -> float | None:
     """The rate whose seed-0 run reached the lowest held-out bits per byte (None before any finished)."""
     return float(min(sweep, key=lambda r: sweep[r]["bits_per_byte"])) if sweep else None
-
-
-def compare(reference: list[float], other: list[float]) -> dict:
-    """The stated rule on two arms' held-out bits per byte (one number per seed): 'lower' (the other arm is better),
-    'higher' (worse) when the means differ by more than twice the larger seed spread (max - min), else 'within
-    noise'. With one seed an arm's spread is 0, so the rule then rests on the other arm's spread alone."""
-    spread = lambda xs: max(xs) - min(xs)
-    difference = statistics.mean(other) - statistics.mean(reference)
-    bound = 2 * max(spread(reference), spread(other))
-    word = "within noise" if abs(difference) <= bound else "lower" if difference < 0 else "higher"
-    return {"difference": difference, "bound": bound, "verdict": word}
 
 
 # ------------------------------------------------------------------------------------------ the recall probe
@@ -327,7 +316,7 @@ def verdicts(result: dict) -> dict:
     for name, arm in arms.items():
         if name != REFERENCE and arm["seeds"]:
             other = [s["bits_per_byte"] for s in arm["seeds"].values()]
-            out[name] = {"against": REFERENCE, "seeds": len(other), **compare(reference, other)}
+            out[name] = {"against": REFERENCE, "seeds": len(other), **compare(other, reference)}
     return out
 
 
@@ -430,10 +419,7 @@ def plot(result: dict, path: Path | None = None):
         f.axis("off")
     fig.suptitle(f"{result['data']} | {result['hardware']}", fontsize=9)
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-    return fig
+    return save_or_return(fig, path, dpi=100)
 
 
 def report(result: dict) -> str:

@@ -79,10 +79,10 @@ def test_probe_windows_and_the_probe_are_the_models_loss():
 
 def test_the_stated_rule():
     b = ssm_bench()
-    assert b.compare([1.50, 1.52, 1.51], [1.40, 1.41, 1.42])["verdict"] == "lower"        # 0.1 > 2 x 0.02
-    assert b.compare([1.50, 1.52, 1.51], [1.60, 1.61, 1.62])["verdict"] == "higher"
-    assert b.compare([1.50, 1.60, 1.55], [1.45, 1.50, 1.47])["verdict"] == "within noise"  # 0.083 < 2 x 0.1
-    one = b.compare([1.50, 1.52], [1.40])
+    assert b.compare([1.40, 1.41, 1.42], [1.50, 1.52, 1.51])["verdict"] == "lower"        # 0.1 > 2 x 0.02
+    assert b.compare([1.60, 1.61, 1.62], [1.50, 1.52, 1.51])["verdict"] == "higher"
+    assert b.compare([1.45, 1.50, 1.47], [1.50, 1.60, 1.55])["verdict"] == "within noise"  # 0.083 < 2 x 0.1
+    one = b.compare([1.40], [1.50, 1.52])
     assert one == {"difference": pytest.approx(-0.11), "bound": pytest.approx(0.04), "verdict": "lower"}
     assert b.best_rate({"0.001": {"bits_per_byte": 1.6}, "0.003": {"bits_per_byte": 1.5}}) == 0.003
 
