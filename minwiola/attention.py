@@ -189,7 +189,7 @@ def head_shape(d: int, n_heads: int, n_kv_heads: int | None = None, qkv: str = "
 
 
 class MultiHeadAttention(nn.Module):
-    """Causal multi-head attention: (B, T, d) -> (B, T, d).
+    """Multi-head attention: (B, T, d) -> (B, T, d), causal unless causal=False (an encoder, lesson 15).
 
     qkv="separate": W_Q (d -> H d_h), W_K and W_V (d -> H_kv d_h), W_O (H d_h -> d), with d_h = d / H.
       H_kv = H is multi-head attention (MHA); 1 < H_kv < H is grouped-query attention (GQA), where the H / H_kv
@@ -212,7 +212,7 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d: int, n_heads: int, n_kv_heads: int | None = None, qkv: str = "separate",
                  positions: str = "rope", bias: bool = False, max_len: int = 2048, rope_theta: float = 10000.0,
                  impl: str = "fused", srpe: tuple[float, float, float] = (8.0, 0.05, 1 / 16),
-                 srpe_radius: str = "paper"):
+                 srpe_radius: str = "paper", causal: bool = True):
         super().__init__()
         if qkv not in QKV:
             raise ValueError(f"qkv must be one of {QKV}, got {qkv!r}")
@@ -237,6 +237,9 @@ class MultiHeadAttention(nn.Module):
         if positions == "srpe":
             check_srpe(*srpe, srpe_radius, max_len)            # a clear error before any table is built
         self.srpe_radius = srpe_radius
+        self.causal = causal                                     # False: every query sees every key (an encoder)
+        if not causal and positions == "alibi":
+            raise ValueError("ALiBi's bias is defined for past keys only: it needs causal=True")
         self.alibi = positions == "alibi"
         self.keys_differ = positions == "srpe" and srpe_radius == "offset"   # keys take the inverse radius
         if rope:
@@ -339,8 +342,8 @@ class MultiHeadAttention(nn.Module):
         kernel; bias is ALiBi's (`score_bias`, at explicit `positions` (B, T) if given) or none."""
         bias = self.score_bias(q, k.shape[-2], positions)
         if bias is None:
-            return ATTENTION[self.impl](q, k, v, causal=True)
-        return ATTENTION[self.impl](q, k, v, causal=True, bias=bias)
+            return ATTENTION[self.impl](q, k, v, causal=self.causal)
+        return ATTENTION[self.impl](q, k, v, causal=self.causal, bias=bias)
 
     def merge_heads(self, o: torch.Tensor) -> torch.Tensor:
         """(B, H, T, d_h) -> (B, T, H d_h): the heads side by side, [O_1; ...; O_H]."""
@@ -356,6 +359,8 @@ class MultiHeadAttention(nn.Module):
         """(B, T, d) -> (B, T, d). Every token mixer takes these keywords; plain attention reads no `context`."""
         if context is not None:
             raise ValueError("MultiHeadAttention reads no context (GCLA does)")
+        if cache is not None and not self.causal:
+            raise ValueError("attention with causal=False has no incremental decoding (no KV cache)")
         _, q, k, v = self.heads(x, cache, positions)
         return self.out(self.merge_heads(self.attend(q, k, v, positions)))
 

@@ -79,7 +79,7 @@ def check_field_types(config, may_be_infinite: set[str] = frozenset()) -> None:
 # Fields added after models were shipped and runs saved; a config.json without them means their default, which is
 # what those models were built with.
 ADDED_LATER = {"srpe_radius", "norm_eps", "mixer", "ssm_state", "ssm_kind", "moe_experts", "moe_k", "moe_capacity",
-               "moe_aux", "moe_z"}
+               "moe_aux", "moe_z", "causal"}
 MIXERS = ("attention", "ssm")
 
 
@@ -138,6 +138,9 @@ class ModelConfig:
                                     # 0: no limit
     moe_aux: float = 0.01           # weight of the Switch load-balancing loss in the training loss
     moe_z: float = 0.0              # weight of the router z-loss (ST-MoE; 0: off)
+    causal: bool = True             # the causal mask: True for a decoder (each token sees only its past); False
+                                    # for an encoder or a diffusion denoiser (every token sees every other: lesson
+                                    # 15). Without it there is no next-token prediction and no KV-cache decoding
 
     def __post_init__(self):
         choices = {"ffn": FFNS, "norm": NORMS, "norm_position": ("pre", "post"), "positions": POSITIONS,
@@ -176,6 +179,8 @@ class ModelConfig:
             raise ValueError(f"atm_tau is a cosine threshold in [-1, 1], got {self.atm_tau}")
         if self.positions == "sinusoidal" and self.d % 2:
             raise ValueError(f"positions='sinusoidal' needs an even d, got {self.d}")
+        if not self.causal:
+            self.check_bidirectional()
         if self.moe_k > self.moe_experts:
             raise ValueError(f"moe_k={self.moe_k} must be at most moe_experts={self.moe_experts} (k of E experts)")
         for name in ("moe_capacity", "moe_aux", "moe_z"):
@@ -196,6 +201,18 @@ class ModelConfig:
                                  f"{getattr(self, name)!r}")
         if self.ssm_kind == "s4d" and self.ssm_state % 2:
             raise ValueError(f"ssm_state={self.ssm_state} must be even for ssm_kind='s4d' (N/2 complex modes)")
+
+    def check_bidirectional(self) -> None:
+        """causal=False refuses what is built on the causal order: GCLA's and ATM's causal forms (prefix means,
+        copy-forward), a state-space scan (left to right by construction) and ALiBi (its bias -m (i - j) is
+        defined for keys j <= i only; for j > i it would reward distance)."""
+        for name, off in (("gcla", "off"), ("atm", "off"), ("mixer", "attention")):
+            if getattr(self, name) != off:
+                raise ValueError(f"causal=False needs {name}={off!r} (its {getattr(self, name)!r} form is built on "
+                                 f"the causal order)")
+        if self.positions == "alibi":
+            raise ValueError("causal=False cannot use positions='alibi' (its bias is defined for past keys only); "
+                             "use 'rope', 'learned', 'sinusoidal' or 'none'")
 
     @property
     def H_kv(self) -> int:
@@ -302,6 +319,8 @@ def make_mixer(cfg: ModelConfig) -> nn.Module:
     inside = cfg.positions if cfg.positions in ATTENTION_POSITIONS else "none"   # absolute ones are added outside
     options = dict(positions=inside, bias=cfg.attn_bias, max_len=cfg.context, rope_theta=cfg.rope_theta,
                    impl=cfg.attention, srpe=(cfg.srpe_k, cfg.srpe_a, cfg.srpe_f), srpe_radius=cfg.srpe_radius)
+    if not cfg.causal:                                       # GCLA refuses causal=False (check_bidirectional)
+        options["causal"] = False
     if cfg.gcla != "off":
         return GCLA(cfg.d, cfg.n_heads, cfg.H_kv, cfg.gcla_query, cfg.gcla_phi, **options)
     return MultiHeadAttention(cfg.d, cfg.n_heads, cfg.H_kv, cfg.qkv, **options)
@@ -441,6 +460,9 @@ class LanguageModel(nn.Module):
     def forward(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"cache has {len(cache)} layers, the model {len(self.blocks)}: use model.new_cache()")
+        if cache is not None and not self.config.causal:
+            raise ValueError("a model with causal=False sees the whole sequence at once: it has no incremental "
+                             "decoding (no cache); diffusion samplers call it on the full sequence (minwiola.diffusion)")
         start = cache[0].length if cache else 0
         self.check_ids(idx, start)
         x = self.embed(idx)

@@ -327,3 +327,29 @@ def test_the_shipped_story_model_writes_a_story_without_a_folder(capsys):
     assert main(["--tokens", "30"]) == 0
     story = capsys.readouterr().out
     assert story.startswith("Once upon a time") and len(story.split()) > 8
+
+
+def test_bidirectional_model_lets_the_future_move_the_past():
+    """causal=False (an encoder or diffusion denoiser, lesson 15): the opposite of the decoder's causality test. A
+    change at the last token moves the first position's output; with the mask back on it cannot."""
+    torch.manual_seed(0)
+    idx = torch.randint(0, 50, (1, 12))
+    later = idx.clone()
+    later[0, -1] = (later[0, -1] + 1) % 50
+    for causal in (True, False):
+        torch.manual_seed(1)
+        model = LanguageModel(ModelConfig(vocab_size=50, context=16, d=32, n_heads=4, n_layers=2, causal=causal,
+                                          init_std=0.5)).double()
+        moved = (model(idx)[0, 0] - model(later)[0, 0]).abs().max().item()
+        assert (moved > 1e-3) if not causal else (moved == 0.0), (causal, moved)
+
+
+def test_bidirectional_model_refuses_what_needs_the_causal_order():
+    for field, value in (("gcla", "causal"), ("atm", "copy-forward"), ("positions", "alibi")):
+        with pytest.raises(ValueError, match="causal=False"):
+            ModelConfig(causal=False, **{field: value})
+    with pytest.raises(ValueError, match="causal=False"):
+        ModelConfig(causal=False, mixer="ssm", positions="none")
+    model = LanguageModel(ModelConfig(vocab_size=50, context=16, d=32, n_heads=4, n_layers=2, causal=False))
+    with pytest.raises(ValueError, match="no incremental"):
+        model(torch.zeros(1, 3, dtype=torch.long), model.new_cache())
