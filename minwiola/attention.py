@@ -409,3 +409,55 @@ class PagedKVCache:
     def wasted_positions(self) -> int:
         """Reserved but unused positions: the unfilled tails of the sequences' last blocks."""
         return sum(len(t) * self.block_size - self.lengths[s] for s, t in self.tables.items())
+
+
+class CrossAttention(nn.Module):
+    """Cross-attention (lesson 15): queries from one sequence, keys and values from another, the `context`.
+
+    The decoder of an encoder-decoder reads the encoder's output this way. With x (B, T, d) the decoder's stream
+    and X' (B, S, d) the context (the slides write K = W_K X' with tokens as columns; with tokens as rows that is
+    X' W_K):
+
+        Q = x W_Q,   K = X' W_K,   V = X' W_V,   O_h = softmax(Q_h K_h^T / sqrt(d_h)) V_h,   out = [O_1..O_H] W_O
+
+    Two things differ from self-attention. No mask: the source is fully known before decoding starts, so every
+    query may look at every source token (the decoder's own causality is kept by its self-attention). No
+    positions: Q and K are not rotated, because the order of the source is already written into X' by the
+    encoder's self-attention, and the decoder's self-attention gives each query its position; so permuting the
+    source tokens permutes nothing in the output (tested). T and S may differ: the score matrix is (T, S).
+
+    The forward signature is every mixer's, `forward(x, *, context, cache, positions)`; `context` is required,
+    and there is no decoding state: `encdec.greedy` recomputes the decoder at each step (short targets).
+    """
+
+    def __init__(self, d: int, n_heads: int, bias: bool = False, impl: str = "fused"):
+        super().__init__()
+        if impl not in IMPLS:
+            raise ValueError(f"attention must be one of {IMPLS}, got {impl!r}")
+        _, self.d_h = head_shape(d, n_heads)
+        self.H, self.d, self.impl = n_heads, d, impl
+        width = n_heads * self.d_h
+        self.q = nn.Linear(d, width, bias=bias)          # reads the decoder's stream x
+        self.k = nn.Linear(d, width, bias=bias)          # these two read the context X'
+        self.v = nn.Linear(d, width, bias=bias)
+        self.out = nn.Linear(width, d, bias=bias)
+
+    def split_heads(self, t: torch.Tensor) -> torch.Tensor:
+        """(B, N, H d_h) -> (B, H, N, d_h)."""
+        return t.view(t.shape[0], t.shape[1], self.H, self.d_h).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, *, context: torch.Tensor | None = None, cache=None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, d) attends over context (B, S, d) -> (B, T, d)."""
+        if context is None:
+            raise ValueError("CrossAttention needs context=: the (B, S, d) sequence its keys and values come from")
+        if cache is not None or positions is not None:
+            raise ValueError("CrossAttention takes no cache and no positions (the source is read whole, unrotated)")
+        if x.dim() != 3 or context.dim() != 3 or context.shape[0] != x.shape[0] or \
+                x.shape[-1] != self.d or context.shape[-1] != self.d:
+            raise ValueError(f"CrossAttention needs x (B, T, {self.d}) and context (B, S, {self.d}), got "
+                             f"{tuple(x.shape)} and {tuple(context.shape)}")
+        q = self.split_heads(self.q(x))
+        k, v = self.split_heads(self.k(context)), self.split_heads(self.v(context))
+        o = ATTENTION[self.impl](q, k, v, causal=False)                  # (B, H, T, d_h): no mask at all
+        return self.out(o.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.H * self.d_h))
