@@ -243,3 +243,87 @@ def training_flops(cfg: ModelConfig, T: int, mu: float = 0.0) -> float:
     """Training FLOPs per token: forward plus backward, about 3x the forward (the backward computes gradients with
     respect to both the inputs and the weights of every product: twice the forward's work)."""
     return 3 * forward_flops(cfg, T, mu)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The three layouts (lesson 15): encoder-only, decoder-only, encoder-decoder
+# ----------------------------------------------------------------------------------------------------
+
+def cross_attention_params(cfg: ModelConfig) -> int:
+    """One `attention.CrossAttention`: W_Q, W_K, W_V (d -> H d_h) and W_O (H d_h -> d), with biases if attn_bias."""
+    d = cfg.d                                   # H d_h = d: full multi-head, whatever the self-attention's qkv
+    return 4 * d * d + int(cfg.attn_bias) * 4 * d
+
+
+def encdec_breakdown(cfg: ModelConfig) -> dict[str, int]:
+    """Parameters of `encdec.EncoderDecoder(cfg)` by component: the shared embedding (and head), L encoder layers
+    (each a decoder-only layer: the mask holds no parameters), L decoder layers (the same, plus a cross-attention
+    and its norm), and the two final norms (encoder and decoder)."""
+    from .encdec import check_config                      # the same refusals as the model's
+    check_config(cfg)
+    layer = sum(layer_params(cfg).values())
+    out = {"embedding (tied head)" if cfg.tie_head else "embedding": cfg.vocab_size * cfg.d}
+    if not cfg.tie_head:
+        out["head"] = cfg.vocab_size * cfg.d
+    out["encoder layers"] = cfg.n_layers * layer
+    out["decoder layers without cross-attention"] = cfg.n_layers * layer
+    out["cross-attention and its norm"] = cfg.n_layers * (cross_attention_params(cfg) + norm_params(cfg))
+    out["final norms (encoder, decoder)"] = 2 * norm_params(cfg)
+    return out
+
+
+def encdec_params(cfg: ModelConfig) -> int:
+    """Total parameters of `encdec.EncoderDecoder(cfg)`; equals its n_params() (tested)."""
+    return sum(encdec_breakdown(cfg).values())
+
+
+def cross_flops(cfg: ModelConfig, S: int, T: int) -> float:
+    """Forward FLOPs of one cross-attention layer for a source of S and a target of T tokens (a whole sequence,
+    not per token): W_Q and W_O on the T target tokens, W_K and W_V on the S source tokens (once: the memory does
+    not change while the target is read), and the core, every target query against all S keys (4 S H d_h each)."""
+    d = cfg.d                                              # H d_h = d
+    return T * 2 * 2 * d * d + S * 2 * 2 * d * d + T * 4 * S * d
+
+
+def layout_costs(cfg: ModelConfig, source_len: int, target_len: int) -> dict[str, dict]:
+    """The three layouts at the width and depth of `cfg`, on one example of a source of S = source_len tokens and
+    a target of U = target_len tokens (a span-corruption pair, say). For each: its layers, its parameters, its
+    forward FLOPs for the example (`flops`, of which `head_flops` the head's) and per token of it (over S + U),
+    the (query, key) pairs its attention scores after masking, summed over layers, and in words what a token
+    attends to.
+
+      encoder-only (BERT): one sequence of S + U tokens (the source and U masked slots to fill), no mask;
+      decoder-only (GPT): one sequence of S + U tokens (the source, then the target), causal;
+      encoder-decoder (T5): L encoder layers over S, L decoder layers over U with cross-attention to S.
+
+    FLOPs follow this file's conventions (`layer_flops`: products only, the attention core counted against every
+    key, eq. 39, so the masked half a causal kernel may skip is still counted; `attended_pairs` tells the
+    difference). The head (2 d V a token) runs where logits are made: every position of the one-sequence layouts
+    (as `LanguageModel` computes them), the U target positions of the encoder-decoder (the encoder has none)."""
+    if source_len < 1 or target_len < 1:
+        raise ValueError(f"need source_len >= 1 and target_len >= 1, got {source_len} and {target_len}")
+    import dataclasses
+    S, U, L = source_len, target_len, cfg.n_layers
+    N = S + U
+    encoder_cfg = dataclasses.replace(cfg, causal=False)
+    head = 2 * cfg.d * cfg.vocab_size
+    one_sequence = N * forward_flops(cfg, N)        # encoder-only and decoder-only alike (eq. 39 counts every key)
+    encdec = (S * L * sum(layer_flops(encoder_cfg, S).values())            # the encoder, per source token
+              + U * L * sum(layer_flops(cfg, U).values())                  # the decoder's self-attention and FFN
+              + L * cross_flops(cfg, S, U) + U * head)
+    out = {
+        "encoder-only": dict(layers=L, params=count_params(encoder_cfg), flops=one_sequence, attended_pairs=L * N * N,
+                             attends_to="every token of its one sequence, before and after it (no mask)"),
+        "decoder-only": dict(layers=L, params=count_params(cfg), flops=one_sequence,
+                             attended_pairs=L * N * (N + 1) // 2,
+                             attends_to="itself and the tokens before it (source, then the target so far)"),
+        "encoder-decoder": dict(layers=2 * L, params=encdec_params(cfg), flops=encdec,
+                                attended_pairs=L * (S * S + U * (U + 1) // 2 + U * S),
+                                attends_to="a source token: every source token; a target token: itself and the "
+                                           "targets before it (self), and every source token (cross)"),
+    }
+    out["encoder-decoder"]["head_flops"] = U * head
+    out["encoder-only"]["head_flops"] = out["decoder-only"]["head_flops"] = N * head
+    for layout in out.values():
+        layout["flops_per_token"] = layout["flops"] / N
+    return out
