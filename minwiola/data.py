@@ -292,6 +292,24 @@ def get_batch(data: np.ndarray, batch_size: int, block_size: int, generator: tor
     return window[:, :-1].to(device), window[:, 1:].to(device)
 
 
+
+def stream_windows(tokens: np.ndarray, block_size: int, batch: int, max_windows: int | None = None,
+                   overlap: int = 1):
+    """Cut a held-out token stream into consecutive windows for evaluation, and yield them in batches as int64
+    tensors (b, length + overlap): windows start every `block_size` tokens, the last one shorter (alone in its
+    batch), and `max_windows` caps how many. `overlap=1` (next-token evaluation) lets each window carry the one
+    extra token its last position predicts, so every token but the first is predicted once; `overlap=0` (a
+    diffusion denoiser, which predicts every token of its input) covers every token once."""
+    n = len(tokens) - overlap                                  # the tokens a window may start or be predicted at
+    starts = list(range(0, n, block_size))[:max_windows]
+    full = [s for s in starts if s + block_size <= n]
+    for i in range(0, len(full), batch):
+        yield torch.from_numpy(np.stack([np.asarray(tokens[s:s + block_size + overlap])
+                                         for s in full[i:i + batch]]).astype(np.int64))
+    for s in starts:
+        if s + block_size > n:
+            yield torch.from_numpy(np.asarray(tokens[s:n + overlap]).astype(np.int64)[None])
+
 # ----------------------------------------------------------------------------------------------------
 # The downloader
 # ----------------------------------------------------------------------------------------------------

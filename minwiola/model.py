@@ -256,6 +256,11 @@ PRESETS: dict[str, dict] = {
     # Top-2, not top-1: with k = 1 the renormalised weight is 1 and the router would learn from the balancing loss only.
     "moe-llama-style": dict(vocab_size=4096, context=512, d=64, n_layers=4, n_heads=4, ffn="moe", moe_experts=6,
                             moe_k=2, d_ff=87, norm="rmsnorm", positions="rope", qkv="separate"),
+    # llama-style as a masked-diffusion denoiser (lesson 15): no causal mask, and one id more than the tokenizer's
+    # 4,096 for the absorbing [MASK] state (id 4,096, `diffusion.mask_id`). 463,424 + 64 (its embedding row, tied
+    # to the head) = 463,488 parameters: the same network as llama-style otherwise.
+    "diffusion-llama-style": dict(vocab_size=4097, context=512, d=64, n_layers=4, n_heads=4, ffn="swiglu",
+                                  norm="rmsnorm", positions="rope", qkv="separate", causal=False),
     # The Wiola family (lesson 10). The paper states only wiola-360m's d, L, V, H, H_kv; its size tables are lost.
     # The other shapes are ours in the same spirit (d_h = 64, H_kv = H/4, L growing with d), and every DSFF pair
     # (d_A, d_B = 3 d_A) is what `budget.dsff_widths` derives for the nominal size (tested).
@@ -295,6 +300,8 @@ PRESETS: dict[str, dict] = {
                      mixer="ssm", ssm_state=8),
     "tiny-moe": dict(vocab_size=64, context=32, d=24, n_layers=2, n_heads=4, n_kv_heads=2, ffn="moe", moe_experts=4,
                      moe_k=2, d_ff=32, norm="rmsnorm", positions="rope"),
+    "tiny-diffusion": dict(vocab_size=65, context=32, d=24, n_layers=2, n_heads=4, n_kv_heads=2, ffn="swiglu",
+                           norm="rmsnorm", positions="rope", causal=False),     # tiny-llama + [MASK] = id 64
     "tiny-yocto": dict(vocab_size=64, context=32, d=24, n_layers=2, n_heads=2, d_ff=96, ffn="gelu",
                        ffn_bias=True, norm="layernorm", positions="rope", qkv="unified"),
 }

@@ -168,18 +168,12 @@ def evaluate(model: LanguageModel, tokens: np.ndarray, block_size: int, nbytes: 
              batch: int = 32, device: torch.device | str = "cpu", max_windows: int | None = None) -> dict:
     """Held-out loss over the whole token stream, in consecutive windows of `block_size` (the last one shorter):
     every token but the first is predicted exactly once. Returns nats/token, perplexity and bits per byte."""
+    if len(tokens) < 2:
+        raise ValueError(f"the held-out split has {len(tokens)} token(s): nothing to evaluate")
     was_training = model.training
     model.eval()
-    n = len(tokens) - 1                                        # tokens that have a next token to predict
-    if n < 1:
-        raise ValueError(f"the held-out split has {len(tokens)} token(s): nothing to evaluate")
-    starts = list(range(0, n, block_size))[:max_windows]
-    full = [s for s in starts if s + block_size <= n]
-    groups = [(full[i:i + batch], block_size) for i in range(0, len(full), batch)]
-    groups += [([s], n - s) for s in starts if s + block_size > n]        # the shorter last window
     nats, count, text_bytes = 0.0, 0, 0
-    for group, T in groups:
-        window = torch.from_numpy(np.stack([np.asarray(tokens[s:s + T + 1]) for s in group]).astype(np.int64))
+    for window in data.stream_windows(tokens, block_size, batch, max_windows, overlap=1):
         x, y = window[:, :-1].to(device), window[:, 1:].to(device)
         logits = model(x)
         nats += next_token_loss(logits, y, reduction="sum").item()
