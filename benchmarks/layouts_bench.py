@@ -1,0 +1,288 @@
+"""The three layouts (issue 20): their costs at the llama-style width, and the smallest encoder-decoder trained on
+T5's span corruption of TinyStories, against a decoder-only model of equal parameters on the same task.
+
+    MINWIOLA_DATA=/work/shared/data/tinystories OMP_NUM_THREADS=1 python benchmarks/layouts_bench.py
+
+(a) Costs (`minwiola.budget.layout_costs`): encoder-only, decoder-only and encoder-decoder at d = 64, 4 layers
+    each side (llama-style: RMSNorm, SwiGLU, RoPE), on one span-corruption pair of a 128-token window (S = 115
+    source tokens, U = 25 target tokens): parameters, forward FLOPs, the head's share, attended (query, key) pairs.
+
+(b) Training, seeds --seeds, --steps steps of --batch-size windows of --window tokens drawn from the training
+    split; each window is corrupted afresh (15% of its tokens hidden in spans of mean length 3, T5's recipe:
+    19 tokens in 6 spans, so every source has 115 tokens and every target 25: no padding). AdamW (betas 0.9,
+    0.95, weight decay 0.1 on matrices), warmup 5% then cosine to 0, peak --lr, gradient clipping at 1.0.
+    Arms:
+      encdec   `encdec.EncoderDecoder`, llama-style, 4 + 4 layers; reads the source with its encoder, writes the
+               target with its decoder (teacher forcing: the decoder's input is the target shifted right)
+      decoder  `model.LanguageModel`, llama-style with 8 layers and the SwiGLU width that brings it closest to
+               encdec's parameters; one sequence: source, a start token, then the target; the loss is taken on
+               the target positions only (the same U predictions as encdec's)
+    Both have V = 4,096 + 8: the tokenizer's ids and 8 sentinels above them (6 are used); <|endoftext|> is the
+    start token.
+
+Held out: the first --eval-windows consecutive --window-token windows of the validation split, corrupted once with
+a fixed generator (--eval-seed), the same for both arms. Reported per arm: the target loss in nats per target
+token (teacher forcing; all U target tokens, sentinels included), and, with greedy decoding of the first
+--decode-windows of them, the fraction of spans restored exactly (a span counts when its sentinel and every hidden
+token stand at the target's positions), and one decoded example (--example: a window index; only the model's
+output is stored, never the story's text: `held_out` rebuilds the window from the data at run time).
+
+The rule for "better" (`common.compare`, the benchmarks' one rule): the difference of the mean held-out target loss
+over seeds, encdec minus decoder, is "lower"/"higher" when its size exceeds twice the larger seed spread (max - min)
+of the two arms, else "within noise". With a single seed there is no spread: "one seed", indicative only. Both arms
+share one peak rate, not tuned per arm, and one number of steps: a layout that wants longer is at a disadvantage.
+
+Runs live in --runs/ARM-sSEED: a checkpoint every --save-every steps (model, optimiser, generator, elapsed time),
+so a killed run resumes where it stopped; a finished run (final.pt) is reused. The result is rewritten after
+every arm. `--evaluate-only` trains nothing and evaluates the finished runs.
+"""
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from common import ROOT, commit, compare, hardware  # noqa: E402 (benchmarks/common.py)
+
+from minwiola import data  # noqa: E402
+from minwiola.budget import count_params, encdec_breakdown, encdec_params, layout_costs  # noqa: E402
+from minwiola.encdec import (EncoderDecoder, greedy, shift_right, span_corruption, span_lengths,  # noqa: E402
+                             spans_restored)
+from minwiola.generate import generate_ids  # noqa: E402
+from minwiola.model import LanguageModel, next_token_loss, preset  # noqa: E402
+from minwiola.tokenizer import default_tokenizer  # noqa: E402
+from minwiola.train import learning_rate, parameter_groups  # noqa: E402
+
+SENTINELS = 8
+ARMS = ("encdec", "decoder")
+
+
+def configs(tokenizer_vocab: int, window: int, shape: dict | None = None) -> dict:
+    """The two arms' configs: llama-style (or shrunk by `shape`, for tests) with V = the tokenizer's ids + the
+    sentinels; the decoder-only one with twice the layers and the SwiGLU width that best matches encdec's
+    parameters."""
+    noise, spans = span_lengths(window)
+    common = dict(vocab_size=tokenizer_vocab + SENTINELS, dropout=0.0, **(shape or {}))
+    encdec = preset("llama-style", **common, context=window)
+    common["n_layers"] = 2 * encdec.n_layers
+    sequence = (window - noise + spans) + 1 + (noise + spans)       # source, start, target (generate_ids holds all)
+    decoder_with = lambda h: preset("llama-style", **common, d_ff=h, context=sequence)  # noqa: E731
+    best = min(range(8, 8 * encdec.d), key=lambda h: abs(count_params(decoder_with(h)) - encdec_params(encdec)))
+    return {"encdec": encdec, "decoder": decoder_with(best)}
+
+
+def build(name: str, cfg):
+    return EncoderDecoder(cfg) if name == "encdec" else LanguageModel(cfg)
+
+
+def target_loss(name: str, model, src: torch.Tensor, tgt: torch.Tensor, start: int) -> torch.Tensor:
+    """Mean cross-entropy of the targets (B, U) in nats per target token, for either layout."""
+    if name == "encdec":
+        return model.loss(src, shift_right(tgt, start), tgt)
+    seq = torch.cat([src, shift_right(tgt, start)], 1)             # source, start, target without its last
+    return next_token_loss(model(seq)[:, src.shape[1]:], tgt)     # only the target positions count
+
+
+@torch.no_grad()
+def decode(name: str, model, src: torch.Tensor, length: int, start: int) -> torch.Tensor:
+    """Greedy targets (B, length) for sources (B, S)."""
+    if name == "encdec":
+        return greedy(model, src, length, start)
+    prefix = torch.cat([src, torch.full_like(src[:, :1], start)], 1)
+    return generate_ids(model, prefix, length, temperature=0.0)[:, prefix.shape[1]:]
+
+
+def held_out(tokenizer, windows: int, window: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, source, target) of the first `windows` consecutive windows of the validation split, corrupted with a
+    generator seeded by `seed`: what every arm is evaluated on, rebuilt the same way by a lesson."""
+    stream = data.tokens("valid", tokenizer)
+    rows = min(windows, len(stream) // window)
+    if rows < 1:
+        raise ValueError(f"the validation split holds {len(stream)} tokens, fewer than one window of {window}")
+    x = torch.from_numpy(np.asarray(stream[:rows * window]).astype(np.int64)).view(rows, window)
+    src, tgt = span_corruption(x, first_sentinel=tokenizer.vocab_size, generator=torch.Generator().manual_seed(seed))
+    return x, src, tgt
+
+
+def save(path: Path, state: dict) -> None:
+    """torch.save through a temporary file: a kill while writing leaves the previous file whole."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
+def train(name: str, cfg, seed: int, args, tokenizer) -> Path:
+    """Train arm `name` into runs/NAME-sSEED (resuming a checkpoint), unless final.pt is there. Returns the folder."""
+    out = Path(args.runs) / f"{name}-s{seed}"
+    settings = {"config": repr(cfg), "steps": args.steps, "batch_size": args.batch_size, "window": args.window,
+                "lr": args.lr, "seed": seed}
+    if (out / "final.pt").exists():
+        if torch.load(out / "final.pt", weights_only=False)["settings"] != settings:
+            raise SystemExit(f"{out} holds a run with other settings; move it away or pass other --runs")
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    model = build(name, cfg)
+    opt = torch.optim.AdamW(parameter_groups(model, 0.1), lr=args.lr, betas=(0.9, 0.95))
+    g = torch.Generator().manual_seed(seed)
+    step, elapsed, losses = 0, 0.0, []
+    if (out / "checkpoint.pt").exists():
+        state = torch.load(out / "checkpoint.pt", weights_only=False)
+        if state["settings"] != settings:
+            raise SystemExit(f"{out} holds a checkpoint with other settings; move it away or pass other --runs")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        g.set_state(state["generator"])
+        step, elapsed, losses = state["step"], state["elapsed"], state["losses"]
+    stream = data.tokens("train", tokenizer)
+    start_id, first = tokenizer.eot_id, tokenizer.vocab_size
+    model.train()
+    began = time.perf_counter() - elapsed
+    while step < args.steps:
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(step / args.steps, args.lr, 0.05)
+        x, _ = data.get_batch(stream, args.batch_size, args.window, g)
+        src, tgt = span_corruption(x, first_sentinel=first, generator=g)
+        loss = target_loss(name, model, src, tgt, start_id)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(round(loss.item(), 4))
+        step += 1
+        if step % args.save_every == 0 or step == args.steps:
+            state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "generator": g.get_state(),
+                     "step": step, "elapsed": time.perf_counter() - began, "losses": losses, "settings": settings}
+            save(out / "checkpoint.pt", state)
+            print(f"{out.name} step {step}: train loss {loss.item():.3f}, {state['elapsed']:.0f} s", flush=True)
+    save(out / "final.pt", {"model": model.state_dict(), "steps": step, "train_seconds": time.perf_counter() - began,
+                            "losses": losses, "settings": settings})
+    (out / "checkpoint.pt").unlink()
+    return out
+
+
+@torch.no_grad()
+def evaluate(name: str, model, tokenizer, args) -> dict:
+    """Held-out target loss (nats/token), the fraction of spans greedy decoding restores, and one example."""
+    model.eval()
+    _, src, tgt = held_out(tokenizer, args.eval_windows, args.window, args.eval_seed)
+    start_id, first = tokenizer.eot_id, tokenizer.vocab_size
+    total = sum(target_loss(name, model, s, t, start_id).item() * t.numel()
+                for s, t in zip(src.split(32), tgt.split(32)))
+    n = min(args.decode_windows, len(src))
+    predicted = torch.cat([decode(name, model, s, tgt.shape[1], start_id) for s in src[:n].split(32)])
+    hits = spans_restored(predicted, tgt[:n], first)
+    example = min(args.example, n - 1)
+    spans = []
+    starts = (tgt[example] >= first).nonzero().flatten().tolist() + [tgt.shape[1]]
+    k = len(starts) - 1                                               # spans per window (the same for every one)
+    for i, (a, b) in enumerate(zip(starts, starts[1:])):
+        guess = predicted[example, a + 1:b].tolist()          # the model's tokens where span i's hidden ones stand
+        spans.append({"span": i, "model_ids": guess, "model_text": tokenizer.decode([t for t in guess if t < first]),
+                      "restored": bool(hits[example * k + i])})
+    return {"nats_per_target_token": total / tgt.numel(), "held_out_windows": len(src),
+            "decoded_windows": n, "spans_restored": hits.float().mean().item(), "spans": hits.numel(),
+            "example": {"window": example, "model_target_ids": predicted[example].tolist(), "spans": spans}}
+
+
+def summarise(result: dict) -> None:
+    """Per arm the mean and spread over seeds of the held-out target loss and restore rate; the stated rule
+    (`common.compare`, encdec minus decoder on nats per target token) once both arms have a seed; "partial" until
+    every arm has every seed."""
+    for arm in result["arms"].values():
+        loss = [s["nats_per_target_token"] for s in arm["seeds"].values()]
+        arm["mean_nats_per_target_token"] = sum(loss) / len(loss)
+        arm["spread_nats_per_target_token"] = max(loss) - min(loss)
+        arm["mean_spans_restored"] = sum(s["spans_restored"] for s in arm["seeds"].values()) / len(loss)
+    if set(ARMS) <= set(result["arms"]):
+        result["comparison"] = {"encdec vs decoder": compare(
+            [s["nats_per_target_token"] for s in result["arms"]["encdec"]["seeds"].values()],
+            [s["nats_per_target_token"] for s in result["arms"]["decoder"]["seeds"].values()])}
+    result["partial"] = any(set(map(str, result["seeds"])) - set(result["arms"].get(name, {}).get("seeds", {}))
+                            for name in ARMS)
+
+
+def costs(window: int, tokenizer_vocab: int) -> dict:
+    """Part (a): the three layouts at llama-style width (d = 64, 4 layers a side) on one pair of this window."""
+    cfg = configs(tokenizer_vocab, window)["encdec"]
+    noise, spans = span_lengths(window)
+    S, U = window - noise + spans, noise + spans
+    return {"config": "llama-style, d=64, 4 layers (encoder-decoder: 4 + 4), V = tokenizer + 8 sentinels",
+            "vocab_size": cfg.vocab_size, "source_len": S, "target_len": U,
+            "layouts": layout_costs(cfg, S, U), "encdec_breakdown": encdec_breakdown(cfg)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--window", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--shape", type=json.loads, default=None, help='shrink both arms, e.g. {"d": 16}')
+    parser.add_argument("--eval-windows", type=int, default=256)
+    parser.add_argument("--decode-windows", type=int, default=128)
+    parser.add_argument("--eval-seed", type=int, default=1234)
+    parser.add_argument("--example", type=int, default=0)
+    parser.add_argument("--save-every", type=int, default=100)
+    parser.add_argument("--runs", default=str(ROOT / "runs" / "layouts"))
+    parser.add_argument("--result", default=str(ROOT / "results" / "layouts.json"))
+    parser.add_argument("--evaluate-only", action="store_true", help="evaluate the finished runs; train nothing")
+    args = parser.parse_args(argv)
+    tokenizer = default_tokenizer()
+    cfgs = configs(tokenizer.vocab_size, args.window, args.shape)
+    kept = ("steps", "batch_size", "window", "lr", "seeds", "shape", "eval_windows", "decode_windows", "eval_seed")
+    result = {"command": "python benchmarks/layouts_bench.py" + "".join(" " + a for a in (argv or sys.argv[1:])),
+              "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
+              "torch": torch.__version__, "data": data.describe_source(),
+              "costs": costs(args.window, tokenizer.vocab_size),
+              "task": {"noise_density": 0.15, "mean_span": 3.0,
+                       "noise_tokens_and_spans": list(span_lengths(args.window)), "sentinels": SENTINELS,
+                       "first_sentinel": tokenizer.vocab_size, "start_id": tokenizer.eot_id},
+              **{k: getattr(args, k) for k in kept},
+              "rule": "encdec vs decoder: difference of the mean held-out nats per target token over seeds; 'lower'/"
+                      "'higher' when its size exceeds twice the larger seed spread (max - min) of the two arms, else "
+                      "'within noise' (common.compare); 'one seed' with a single seed: indicative only",
+              "arms": {}}
+    result_path = Path(args.result)
+    old = json.loads(result_path.read_text()) if result_path.exists() else {}
+    if {k: old.get(k) for k in kept} == {k: result[k] for k in kept}:
+        result["arms"] = old.get("arms", {})                      # keep what another invocation measured
+    if args.evaluate_only:
+        for name in args.arms:
+            result["arms"].pop(name, None)
+    for seed in args.seeds:
+        for name in args.arms:
+            out = Path(args.runs) / f"{name}-s{seed}"
+            if args.evaluate_only and not (out / "final.pt").exists():
+                continue
+            out = train(name, cfgs[name], seed, args, tokenizer)
+            final = torch.load(out / "final.pt", weights_only=False)
+            model = build(name, cfgs[name])
+            model.load_state_dict(final["model"])
+            arm = result["arms"].setdefault(name, {
+                "params": model.n_params(), "layers": cfgs[name].n_layers * (2 if name == "encdec" else 1),
+                "d_ff": cfgs[name].hidden, "seeds": {}})
+            losses = final["losses"]
+            arm["seeds"][str(seed)] = {"train_seconds": final["train_seconds"],
+                                       "train_loss_first_last_50": [float(np.mean(losses[:50])),
+                                                                    float(np.mean(losses[-50:]))],
+                                       **evaluate(name, model, tokenizer, args)}
+            summarise(result)
+            result_path.write_text(json.dumps(result, indent=1) + "\n")
+            entry = arm["seeds"][str(seed)]
+            print(f"{out.name}: {entry['nats_per_target_token']:.3f} nats/target token, "
+                  f"{entry['spans_restored']:.1%} spans restored", flush=True)
+    if result["arms"]:
+        summarise(result)
+    result_path.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""benchmarks/layouts_bench.py's design (issue 20): the two arms hold equal parameters, the decoder-only arm's loss
+is taken on the target positions only, both greedy decoders are plain argmax loops, the held-out pairs are fixed,
+and a tiny run end to end: results, resume after a kill, --evaluate-only."""
+import json
+
+import pytest
+import torch
+from load_benchmark import benchmark
+
+from minwiola.budget import count_params, encdec_params
+from minwiola.encdec import restore
+from minwiola.model import LanguageModel, preset
+from minwiola.tokenizer import default_tokenizer
+
+TINY = ["--shape", '{"d": 16, "n_layers": 1, "n_heads": 2}', "--window", "32", "--steps", "4", "--save-every", "2",
+        "--eval-windows", "4", "--decode-windows", "3"]
+
+
+def layouts_bench():
+    return benchmark("layouts_bench")
+
+
+def test_the_arms_hold_equal_parameters_and_the_costs_are_the_llama_widths():
+    b = layouts_bench()
+    c = b.configs(4096, 128)
+    assert encdec_params(c["encdec"]) == 731_008
+    assert abs(count_params(c["decoder"]) - 731_008) / 731_008 < 0.001          # 731,200: within 0.1%
+    assert c["decoder"].n_layers == 2 * c["encdec"].n_layers == 8 and c["encdec"].d == c["decoder"].d == 64
+    costs = b.costs(128, 4096)
+    assert (costs["source_len"], costs["target_len"]) == (115, 25)              # 128 - 19 + 6, 19 + 6
+    assert costs["layouts"]["encoder-decoder"]["params"] == 731_008
+    assert costs["layouts"]["decoder-only"]["params"] == 463_936                 # llama-style with V = 4,104
+
+
+def test_the_decoder_only_loss_counts_the_target_positions_only():
+    b = layouts_bench()
+    torch.manual_seed(0)
+    model = LanguageModel(preset("tiny-llama", vocab_size=72, context=16)).double()
+    src, tgt = torch.randint(0, 64, (2, 6)), torch.randint(0, 64, (2, 4))
+    logits = torch.log_softmax(model(torch.cat([src, torch.full((2, 1), 63), tgt[:, :-1]], 1)), -1)
+    by_hand = -torch.stack([logits[r, 6 + j, tgt[r, j]] for r in range(2) for j in range(4)]).mean()
+    assert b.target_loss("decoder", model, src, tgt, 63).item() == pytest.approx(by_hand.item(), abs=1e-12)
+
+
+@pytest.mark.parametrize("name", ["encdec", "decoder"])
+def test_greedy_decoding_is_an_argmax_loop(name):
+    b = layouts_bench()
+    torch.manual_seed(0)
+    cfg = preset("tiny-llama", init_std=0.3, context=16)
+    model = b.build(name, cfg).double().eval()
+    src = torch.randint(0, 64, (2, 6))
+    out = b.decode(name, model, src, 5, 1)
+    tgt = torch.full((2, 1), 1)
+    for _ in range(5):                                             # the whole target recomputed each step
+        logits = model(src, tgt) if name == "encdec" else model(torch.cat([src, tgt], 1))
+        tgt = torch.cat([tgt, logits[:, -1].argmax(-1, keepdim=True)], 1)
+    assert torch.equal(out, tgt[:, 1:])
+
+
+def test_held_out_pairs_are_fixed_and_invertible():
+    b = layouts_bench()
+    tok = default_tokenizer()
+    x, src, tgt = b.held_out(tok, 5, 32, seed=7)
+    again = b.held_out(tok, 5, 32, seed=7)
+    assert x.shape == (5, 32) and src.shape == (5, 32 - 5 + 2) and tgt.shape == (5, 5 + 2)
+    assert all(torch.equal(a, c) for a, c in zip((x, src, tgt), again))
+    assert torch.equal(restore(src, tgt, tok.vocab_size), x)
+
+
+def test_a_tiny_run_end_to_end_resumes_after_a_kill(tmp_path, monkeypatch):
+    b = layouts_bench()
+    result = tmp_path / "layouts.json"
+    common = [*TINY, "--runs", str(tmp_path / "runs"), "--result", str(result)]
+    assert b.main([*common, "--seeds", "0"]) == 0
+    r = json.loads(result.read_text())
+    assert r["partial"] is False and set(r["arms"]) == {"encdec", "decoder"}
+    assert r["comparison"]["encdec vs decoder"]["verdict"] == "one seed"
+    for arm in r["arms"].values():
+        seed = arm["seeds"]["0"]
+        assert seed["nats_per_target_token"] > 0 and 0 <= seed["spans_restored"] <= 1
+        assert seed["spans"] == 3 * 2 and len(seed["example"]["spans"]) == 2       # 32 tokens: 5 hidden in 2 spans
+        assert len(seed["example"]["model_target_ids"]) == 7
+    for key in ("command", "commit", "hardware", "threads", "torch", "data"):
+        assert key in r
+    assert r["costs"]["layouts"]["encoder-decoder"]["layers"] == 8             # (a) is at llama width always
+
+    # a kill after the first checkpoint of seed 1, then a resume: the same weights as an uninterrupted run
+    real_save = b.save
+
+    def killed(path, state):
+        real_save(path, state)
+        if path.name == "checkpoint.pt":
+            raise KeyboardInterrupt
+    monkeypatch.setattr(b, "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        b.main([*common, "--seeds", "0", "1", "--arms", "encdec"])
+    monkeypatch.setattr(b, "save", real_save)
+    assert (tmp_path / "runs" / "encdec-s1" / "checkpoint.pt").exists()
+    assert b.main([*common, "--seeds", "0", "1"]) == 0
+    assert not (tmp_path / "runs" / "encdec-s1" / "checkpoint.pt").exists()
+    assert b.main([*common, "--seeds", "1", "--arms", "encdec", "--runs", str(tmp_path / "whole"),
+                   "--result", str(tmp_path / "whole.json")]) == 0
+    resumed = torch.load(tmp_path / "runs" / "encdec-s1" / "final.pt", weights_only=False)
+    whole = torch.load(tmp_path / "whole" / "encdec-s1" / "final.pt", weights_only=False)
+    assert resumed["losses"] == whole["losses"]
+    assert all(torch.equal(resumed["model"][k], whole["model"][k]) for k in whole["model"])
+
+    r = json.loads(result.read_text())
+    assert r["partial"] is False and set(r["arms"]["decoder"]["seeds"]) == {"0", "1"}
+    assert r["comparison"]["encdec vs decoder"]["verdict"] in ("lower", "higher", "within noise")
+    before = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert b.main([*common, "--seeds", "0", "1", "2", "--evaluate-only"]) == 0
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before          # trained nothing, not even seed 2
+    again = json.loads(result.read_text())
+    assert again["partial"] is True and set(again["arms"]["encdec"]["seeds"]) == {"0", "1"}
+    assert again["arms"]["encdec"]["mean_nats_per_target_token"] == \
+        pytest.approx(r["arms"]["encdec"]["mean_nats_per_target_token"])
