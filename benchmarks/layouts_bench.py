@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common import ROOT, commit, compare, hardware  # noqa: E402 (benchmarks/common.py)
+from common import ROOT, commit, compare, hardware, save_or_return  # noqa: E402 (benchmarks/common.py)
 
 from minwiola import data  # noqa: E402
 from minwiola.budget import count_params, encdec_breakdown, encdec_params, layout_costs  # noqa: E402
@@ -206,6 +206,41 @@ def summarise(result: dict) -> None:
                             for name in ARMS)
 
 
+def curve(losses: list[float], points: int = 40) -> dict:
+    """The training loss (nats per target token, on each step's fresh batch) as the means of `points` equal
+    stretches of the run, with the step that ends each stretch."""
+    k = max(1, len(losses) // points)
+    return {"steps": list(range(k, len(losses) + 1, k)),
+            "loss": [round(float(np.mean(losses[i - k:i])), 4) for i in range(k, len(losses) + 1, k)]}
+
+
+def plot(result: dict, path: Path | None = None):
+    """Left: training loss of each arm and seed. Right: held-out target loss per arm (bar: mean; dots: seeds),
+    with the fraction of spans restored written on each bar."""
+    import matplotlib
+    if path is not None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, (name, arm) in enumerate(result["arms"].items()):
+        for seed, entry in arm["seeds"].items():
+            left.plot(entry["train_curve"]["steps"], entry["train_curve"]["loss"], color=f"C{i}", lw=1,
+                      label=f"{name} ({arm['params']:,} parameters)" if seed == min(arm["seeds"]) else None)
+        loss = [s["nats_per_target_token"] for s in arm["seeds"].values()]
+        right.bar(i, arm["mean_nats_per_target_token"], color=f"C{i}", alpha=0.5)
+        right.plot([i] * len(loss), loss, "k.")
+        right.text(i, arm["mean_nats_per_target_token"] / 2, f"{arm['mean_spans_restored']:.1%}\nspans\nrestored",
+                   ha="center", fontsize=8)
+    left.set_xlabel("step")
+    left.set_ylabel("training loss (nats / target token)")
+    left.legend(fontsize=8)
+    right.set_xticks(range(len(result["arms"])), list(result["arms"]))
+    right.set_ylabel("held-out nats / target token")
+    fig.suptitle(f"Span corruption, {result['data']}" + (" (partial)" if result.get("partial") else ""), fontsize=9)
+    fig.tight_layout()
+    return save_or_return(fig, path)
+
+
 def costs(window: int, tokenizer_vocab: int) -> dict:
     """Part (a): the three layouts at llama-style width (d = 64, 4 layers a side) on one pair of this window."""
     cfg = configs(tokenizer_vocab, window)["encdec"]
@@ -253,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     old = json.loads(result_path.read_text()) if result_path.exists() else {}
     if {k: old.get(k) for k in kept} == {k: result[k] for k in kept}:
         result["arms"] = old.get("arms", {})                      # keep what another invocation measured
+        if args.evaluate_only and "command" in old:               # the runs are the ones that command trained
+            result["evaluated_by"], result["command"] = result["command"], old["command"]
     if args.evaluate_only:
         for name in args.arms:
             result["arms"].pop(name, None)
@@ -270,16 +307,17 @@ def main(argv: list[str] | None = None) -> int:
                 "d_ff": cfgs[name].hidden, "seeds": {}})
             losses = final["losses"]
             arm["seeds"][str(seed)] = {"train_seconds": final["train_seconds"],
-                                       "train_loss_first_last_50": [float(np.mean(losses[:50])),
-                                                                    float(np.mean(losses[-50:]))],
+                                       "train_curve": curve(losses),
                                        **evaluate(name, model, tokenizer, args)}
             summarise(result)
             result_path.write_text(json.dumps(result, indent=1) + "\n")
+            plot(result, result_path.with_suffix(".png"))
             entry = arm["seeds"][str(seed)]
             print(f"{out.name}: {entry['nats_per_target_token']:.3f} nats/target token, "
                   f"{entry['spans_restored']:.1%} spans restored", flush=True)
     if result["arms"]:
         summarise(result)
+        plot(result, result_path.with_suffix(".png"))
     result_path.write_text(json.dumps(result, indent=1) + "\n")
     return 0
 

@@ -83,6 +83,8 @@ def test_a_tiny_run_end_to_end_resumes_after_a_kill(tmp_path, monkeypatch):
     for key in ("command", "commit", "hardware", "threads", "torch", "data"):
         assert key in r
     assert r["costs"]["layouts"]["encoder-decoder"]["layers"] == 8             # (a) is at llama width always
+    assert r["arms"]["encdec"]["seeds"]["0"]["train_curve"]["steps"] == [1, 2, 3, 4]
+    assert (tmp_path / "layouts.png").exists()
 
     # a kill after the first checkpoint of seed 1, then a resume: the same weights as an uninterrupted run
     real_save = b.save
@@ -108,6 +110,10 @@ def test_a_tiny_run_end_to_end_resumes_after_a_kill(tmp_path, monkeypatch):
     r = json.loads(result.read_text())
     assert r["partial"] is False and set(r["arms"]["decoder"]["seeds"]) == {"0", "1"}
     assert r["comparison"]["encdec vs decoder"]["verdict"] in ("lower", "higher", "within noise")
+    assert b.main([*common, "--seeds", "0", "1", "--evaluate-only"]) == 0     # the settings that trained them:
+    kept = json.loads(result.read_text())
+    assert kept["command"] == r["command"] and "--evaluate-only" not in r["command"]   # the training command kept
+    assert "--evaluate-only" in kept["evaluated_by"] and kept["partial"] is False
     before = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert b.main([*common, "--seeds", "0", "1", "2", "--evaluate-only"]) == 0
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before          # trained nothing, not even seed 2
