@@ -53,3 +53,18 @@ def test_every_lesson_has_checked_exercises_and_hides_its_solutions(path):
         assert f"check_{n}(" in calls, f"{path.name} never calls check_{n}"
     assert not any(s.lstrip().startswith("## Solutions") for s in source), f"{path.name} shows its solutions"
     assert f"exercises/solutions/{lesson}.py" in "\n".join(source), f"{path.name} does not say where solutions are"
+
+
+ALSO_WRONG = [(lesson, n, name, i) for lesson, n, name in CASES
+              for i, _ in enumerate(getattr(importlib.import_module(f"exercises.solutions.{lesson}"), "ALSO_WRONG",
+                                            {}).get(name, []))]
+
+
+@pytest.mark.parametrize("lesson,n,name,i", ALSO_WRONG)
+def test_every_further_wrong_answer_fails_too(lesson, n, name, i, capsys):
+    """A solutions file may list more plausible mistakes (ALSO_WRONG); the check catches each of them as well."""
+    check = getattr(importlib.import_module(f"exercises.{lesson}"), f"check_{n}")
+    wrong = importlib.import_module(f"exercises.solutions.{lesson}").ALSO_WRONG[name][i]
+    with pytest.raises(AssertionError) as failure:
+        check(wrong)
+    assert len(str(failure.value)) > 20 and "correct" not in capsys.readouterr().out

@@ -1,0 +1,126 @@
+"""Self-checks for lesson 15's exercises: the forward (masking) process of masked diffusion, checked by its
+statistics (each token masked independently with its own sequence's probability t), and one unmasking step,
+checked against `minwiola.diffusion.unmask_step` (rule "confidence", temperature 0). A function that still returns
+None is "not attempted yet". Solutions: `solutions/lesson15.py` (look after trying)."""
+import math
+
+import torch
+
+from exercises import attempted
+from minwiola.diffusion import unmask_step
+
+MASK = 50                                  # the [MASK] id of the checks' small vocabulary (ids 0..49 are tokens)
+
+
+def _x0(B: int, T: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, MASK, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def _call_noise(my_add_noise, x0, t, seed):
+    got = my_add_noise(x0, t, MASK, torch.Generator().manual_seed(seed))
+    assert isinstance(got, tuple) and len(got) == 2, f"return (xt, masked), got {type(got).__name__}"
+    xt, masked = (torch.as_tensor(v) for v in got)
+    assert tuple(xt.shape) == tuple(x0.shape) and tuple(masked.shape) == tuple(x0.shape), (
+        f"xt and masked must have x0's shape {tuple(x0.shape)}, got {tuple(xt.shape)} and {tuple(masked.shape)}")
+    assert masked.dtype == torch.bool, f"masked must be a bool tensor (True where a mask was put), got {masked.dtype}"
+    return xt, masked
+
+
+def check_1(my_add_noise) -> None:
+    """my_add_noise(x0 (B, T), t (B,), mask, generator) -> (xt, masked): each token of row b independently replaced
+    by `mask` with probability t[b]; masked (bool) says where. Randomness from `generator`."""
+    x0 = _x0(2, 8, 0)
+    if not attempted(my_add_noise(x0, torch.tensor([0.5, 0.5]), MASK, torch.Generator().manual_seed(0)), 1):
+        return
+    xt, masked = _call_noise(my_add_noise, x0, torch.tensor([0.5, 0.5]), 0)
+    wrong = ((xt == MASK) != masked).nonzero()
+    assert len(wrong) == 0, f"at {tuple(wrong[0].tolist())}: xt and masked disagree about whether it is masked"
+    changed = (~masked & (xt != x0)).nonzero()
+    assert len(changed) == 0, f"at {tuple(changed[0].tolist())}: a token that is not masked must stay as it was"
+    again = _call_noise(my_add_noise, x0, torch.tensor([0.5, 0.5]), 0)[1]
+    assert torch.equal(masked, again), "two calls with equally seeded generators differ: draw with `generator`"
+    # per-row fractions: one noise level per sequence, masked with probability t (not 1 - t)
+    T = 4000
+    t = torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)
+    masked = _call_noise(my_add_noise, _x0(3, T, 1), t, 1)[1]
+    for b, level in enumerate(t.tolist()):
+        frac = masked[b].float().mean().item()
+        bound = 5 * math.sqrt(level * (1 - level) / T)             # five binomial standard deviations
+        if abs(frac - level) <= bound:
+            continue
+        if abs(frac - (1 - level)) <= bound:
+            raise AssertionError(f"row {b} has t = {level:g} but {frac:.3f} of it is masked: t is the probability "
+                                 "that a token IS masked (t = 1: all masks)")
+        if all(abs(masked[i].float().mean().item() - frac) <= 5 * math.sqrt(0.25 / T) for i in range(3)):
+            raise AssertionError(f"every row is masked at about {frac:.3f}, whatever its t {[round(v, 2) for v in t.tolist()]}: each "
+                                 "sequence has its own noise level t[b]")
+        raise AssertionError(f"row {b} has t = {level:g} but {frac:.3f} of it is masked (expected within "
+                             f"{bound:.3f} of {level})")
+    # independent tokens: the number of masks in a row varies as a binomial, it is not fixed by t
+    B, T, level = 400, 50, 0.3
+    counts = _call_noise(my_add_noise, _x0(B, T, 2), torch.full((B,), level), 2)[1].sum(1).float()
+    variance, expected = counts.var().item(), T * level * (1 - level)
+    assert variance > expected / 2, (
+        f"{B} rows of {T} tokens at t = {level}: the number of masks per row has variance {variance:.2f}, a "
+        f"binomial's is {expected:.2f}: mask each token independently (a coin per token), not a fixed count")
+    full = _call_noise(my_add_noise, _x0(2, 30, 3), torch.ones(2), 3)[1]
+    assert full.all(), "t = 1 must mask every token"
+    print("Exercise 1: correct (each token masked independently with its own sequence's probability t)")
+
+
+def _step_case(seed: int, B: int = 3, T: int = 12, V: int = MASK + 1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, MASK, (B, T), generator=g)
+    x[torch.rand(B, T, generator=g) < 0.6] = MASK                        # about 60% masked
+    x[:, 0] = MASK                                                       # at least one mask per row
+    logits = torch.randn(B, T, V, generator=g, dtype=torch.float64) * 3
+    # at some masked positions the [MASK] column is the largest logit: a denoiser must never predict it
+    tempt = (x == MASK) & (torch.rand(B, T, generator=g) < 0.4)
+    logits[..., MASK] = torch.where(tempt, logits.amax(-1) + 5, logits[..., MASK])
+    return x, logits
+
+
+def check_2(my_unmask_step) -> None:
+    """my_unmask_step(x (B, T), logits (B, T, V), k, mask) -> new x: at every masked position predict the most
+    likely token that is not the mask; keep the k most confident predictions of each row (highest probability of
+    the predicted token), leave the other masks masked, and never change a visible token."""
+    x, logits = _step_case(0)
+    if not attempted(my_unmask_step(x.clone(), logits, 1, MASK), 2):
+        return
+    for seed, k in ((0, 1), (1, 2), (2, 3), (3, 1), (4, 2)):
+        x, logits = _step_case(seed)
+        got = torch.as_tensor(my_unmask_step(x.clone(), logits, k, MASK))
+        want = unmask_step(x, logits, k, MASK, rule="confidence", temperature=0.0)
+        case = f"case {seed}, k = {k}"
+        assert tuple(got.shape) == tuple(x.shape), f"{case}: shape {tuple(got.shape)}, expected {tuple(x.shape)}"
+        if torch.equal(got, want):
+            continue
+        visible = (x != MASK) & (got != x)
+        if visible.any():
+            i = tuple(visible.nonzero()[0].tolist())
+            raise AssertionError(f"{case}: position {i} was visible ({x[i].item()}) and you changed it to "
+                                 f"{got[i].item()}: only masked positions may be filled")
+        revealed = (x == MASK) & (got != MASK)
+        short = (revealed.sum(1) != k).nonzero().flatten().tolist()
+        if short:
+            b = short[0]
+            tempted = bool(((x[b] == MASK) & (logits[b].argmax(-1) == MASK)).any())
+            hint = (": at some positions the largest logit is the [MASK] column, and a committed [MASK] is no "
+                    "prediction (the denoiser never predicts the mask)") if tempted else ""
+            raise AssertionError(f"{case}: row {b} had {int((x[b] == MASK).sum())} masks and you revealed "
+                                 f"{int(revealed[b].sum())}, expected k = {k}{hint}")
+        target = (x == MASK) & (want != MASK)
+        if (revealed != target).any():
+            b = int((revealed != target).any(1).nonzero()[0])
+            raise AssertionError(f"{case}: row {b}: you revealed positions {revealed[b].nonzero().flatten().tolist()}, "
+                                 f"the {k} most confident predictions are at {target[b].nonzero().flatten().tolist()}: "
+                                 "confidence is the probability the denoiser gives its predicted token; the highest "
+                                 "are committed first")
+        i = tuple(((got != want) & revealed).nonzero()[0].tolist())
+        raise AssertionError(f"{case}: at {i} you committed {got[i].item()}, the most likely token there (never the "
+                             f"mask) is {want[i].item()}")
+    print("Exercise 2: correct (the k most confident predictions committed, the mask never predicted, visible "
+          "tokens kept)")
+
+
+EXERCISES = {1: "my_add_noise", 2: "my_unmask_step"}
