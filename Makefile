@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 QUICK  ?= $(or $(MINWIOLA_QUICK),1)
+STUDENT ?= student
 
-.PHONY: setup run test lessons bench clean
+.PHONY: setup run test lessons bench student clean
 
 # Create .venv and install minwiola with its dev tools; torch is pinned to the CPU build by constraints.txt.
 setup: $(VENV)/.installed
@@ -25,6 +26,11 @@ test: setup
 # Re-execute every lesson in place with the full run (what gets committed), then clean its metadata.
 lessons: setup
 	MINWIOLA_QUICK=0 $(BIN)/python lessons/execute.py lessons/*.ipynb
+
+# The student edition of every lesson in $(STUDENT)/ (not committed): no solutions, exercise outputs cleared.
+# It rebuilds only a folder it wrote and nobody changed since (docs/instructors.md).
+student: setup
+	$(BIN)/python -m minwiola.grade --student-edition $(STUDENT)
 
 bench: setup
 	$(BIN)/python benchmarks/tokenizer_bench.py --repeat 5

@@ -1,0 +1,210 @@
+"""The grader (minwiola/grade.py): each result it can give, the flags, bad input, and one real lesson.
+
+Most tests grade submissions of a tiny lesson written here (three exercises whose checks take microseconds), so a
+kernel start is most of their cost; one grades lesson 04 with its solutions pasted in."""
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from minwiola import grade
+
+ROOT = Path(__file__).resolve().parents[1]
+
+STUBS_1 = "def double(x):\n    return None  # your code here\n\n\ndef square(x):\n    return None  # your code here\n"
+CHECKS_1 = "from exercises.lesson01 import check_1, check_2, check_3\n\ncheck_1(double)\ncheck_2(square)\n"
+STUBS_2 = "def halve(x):\n    return None  # your code here\n"
+CHECKS_2 = "check_3(halve)\n"
+SOLVED_1 = "def double(x):\n    return 2 * x\n\n\ndef square(x):\n    return x * x\n"
+SOLVED_2 = "def halve(x):\n    return x / 2\n"
+
+CHECK_FILE = '''
+from exercises import attempted
+
+
+def check_1(double):
+    """double(x) = 2 x."""
+    if not attempted(double(1), 1):
+        return
+    for x in (0, 3, -2):
+        assert double(x) == 2 * x, f"double({x}) returned {double(x)!r}, expected {2 * x}"
+    print("Exercise 1: correct")
+
+
+def check_2(square):
+    """square(x) = x times x."""
+    if not attempted(square(1), 2):
+        return
+    for x in (0, 3, -2):
+        assert square(x) == x * x, f"square({x}) returned {square(x)!r}, expected {x * x}"
+    print("Exercise 2: correct")
+
+
+def check_3(halve):
+    """halve(x) = x / 2."""
+    if not attempted(halve(1), 3):
+        return
+    assert halve(5) == 2.5, f"halve(5) returned {halve(5)!r}, expected 2.5"
+    print("Exercise 3: correct")
+
+
+EXERCISES = {1: "double", 2: "square", 3: "halve"}
+'''
+
+
+def _cell(kind, text, outputs=()):
+    cell = {"cell_type": kind, "metadata": {}, "source": text}
+    if kind == "code":
+        cell.update(outputs=list(outputs), execution_count=None)
+    return cell
+
+
+def _notebook(cells):
+    return {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                       "language": "python"}}, "nbformat": 4, "nbformat_minor": 4}
+
+
+def _lesson(stubs_1=STUBS_1, checks_1=CHECKS_1, stubs_2=STUBS_2, checks_2=CHECKS_2, before=""):
+    return _notebook([_cell("markdown", "# 01: a tiny lesson\n\nWhat is twice a number?"),
+                      _cell("code", "x = 2\nassert 2 * x == 4\n" + before),
+                      _cell("markdown", "## Exercises\n\nSolutions: `exercises/solutions/lesson01.py`."),
+                      _cell("code", stubs_1), _cell("code", checks_1), _cell("code", stubs_2),
+                      _cell("code", checks_2)])
+
+
+@pytest.fixture(scope="module")
+def lessons(tmp_path_factory):
+    """A lessons folder with one tiny lesson, its checks (the real exercises/__init__.py) and its solutions."""
+    root = tmp_path_factory.mktemp("course") / "lessons"
+    (root / "exercises" / "solutions").mkdir(parents=True)
+    shutil.copy(ROOT / "lessons" / "exercises" / "__init__.py", root / "exercises")
+    (root / "exercises" / "lesson01.py").write_text(CHECK_FILE)
+    (root / "exercises" / "solutions" / "lesson01.py").write_text(SOLVED_1 + "\n\n" + SOLVED_2)
+    (root / "01_tiny.ipynb").write_text(json.dumps(_lesson()))
+    return root
+
+
+def _submit(folder: Path, name: str, nb: dict) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nb))
+    return path
+
+
+def _results(report):
+    return {x["function"]: (x["result"], x["message"]) for x in report["results"]}
+
+
+def test_all_solutions_score_full_and_a_blank_scores_zero(lessons, tmp_path):
+    full = grade.grade(_submit(tmp_path, "alice/01_tiny.ipynb", _lesson(SOLVED_1, stubs_2=SOLVED_2)), lessons)
+    assert full["student"] == "alice" and full["lesson"] == "01_tiny" and full["flags"] == []
+    assert {r for r, _ in _results(full).values()} == {"correct"}
+    # a blank notebook whose stored outputs claim success: outputs are cleared, never read
+    blank = _lesson()
+    blank["cells"][4]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "Exercise 1: correct\n"}]
+    report = grade.grade(_submit(tmp_path, "bob_01_tiny.ipynb", blank), lessons)
+    assert report["student"] == "bob" and report["flags"] == []
+    assert {r for r, _ in _results(report).values()} == {"not attempted"}
+
+
+def test_a_wrong_answer_scores_partial_with_the_checks_message_and_an_exception_is_an_error(lessons, tmp_path):
+    wrong = SOLVED_1.replace("x * x", "x + x")
+    report = grade.grade(_submit(tmp_path, "carol_01_tiny.ipynb",
+                                 _lesson(wrong, stubs_2="def halve(x):\n    return x / (x - 1)\n")), lessons)
+    got = _results(report)
+    assert got["double"] == ("correct", "")
+    assert got["square"] == ("wrong", "square(3) returned 6, expected 9")
+    assert got["halve"] == ("error", "ZeroDivisionError: division by zero")
+
+
+def test_an_infinite_loop_times_out_and_the_rest_still_gets_graded(lessons, tmp_path):
+    looping = SOLVED_1.replace("return x * x", "while True:\n        pass")
+    report = grade.grade(_submit(tmp_path, "dan_01_tiny.ipynb", _lesson(looping, stubs_2=SOLVED_2)), lessons,
+                         timeout=4, check_timeout=2)
+    got = _results(report)
+    assert report["timed_out"] and 4 <= report["seconds"] < 20
+    assert got["double"] == ("correct", "")                      # defined before the loop: graded
+    assert got["square"][0] == "timeout" and "2 s" in got["square"][1]     # the check's own limit
+    assert got["halve"][0] == "timeout" and "before defining halve" in got["halve"][1]   # never reached
+
+
+def test_a_tampered_check_is_flagged_and_does_not_change_the_verdict(lessons, tmp_path):
+    forged = CHECKS_1.replace("check_2(square)", 'print("Exercise 2: correct")')
+    patch = ("import exercises\nimport exercises.lesson01 as ex\nex.check_3 = lambda f: print('Exercise 3: correct')\n"
+             "exercises.attempted = lambda value, n: print(f'Exercise {n}: correct')\n")
+    disk = "%%writefile exercises/lesson01.py\ndef check_1(f):\n    print('Exercise 1: correct')\n"
+    nb = _lesson(SOLVED_1.replace("x * x", "x + x"), checks_1=forged, stubs_2=STUBS_2 + "\n" + patch)
+    nb["cells"].append(_cell("code", disk))
+    report = grade.grade(_submit(tmp_path, "eve_01_tiny.ipynb", nb), lessons)
+    flags = "\n".join(report["flags"])
+    assert "check cell 1 edited" in flags and "Exercise 2: correct" in flags
+    assert "changes the library: ex.check_3 = " in flags and "changes the library: exercises.attempted = " in flags
+    assert "changed exercises/lesson01.py on disk" in flags
+    got = _results(report)
+    assert got["square"][0] == "wrong" and got["halve"][0] == "not attempted" and got["double"][0] == "correct"
+
+
+def test_the_learners_own_code_in_a_check_cell_is_not_tampering(lessons):
+    lesson = json.loads((lessons / "01_tiny.ipynb").read_text())
+    own = _lesson(checks_1="import math  # mine\n\n\ndef helper(x):\n    return x\n\n\n" + CHECKS_1)
+    assert grade.tampering(own, lesson) == []
+    assert grade.tampering(_lesson(checks_1=CHECKS_1 + "check_1(square)\n"), lesson) != []
+    assert grade.tampering(_lesson(checks_2="check_3 = print\n" + CHECKS_2), lesson) != []
+
+
+def test_cli_writes_one_row_per_student_and_exercise_and_refuses_bad_input_in_one_line(lessons, tmp_path):
+    a = _submit(tmp_path, "ann_01_tiny.ipynb", _lesson(SOLVED_1))
+    named = _lesson()
+    named["metadata"]["minwiola"] = {"lesson": "01_tiny"}                   # the student edition's metadata
+    b = _submit(tmp_path, "ben/homework.ipynb", named)
+    out = tmp_path / "out" / "grades.csv"
+    assert grade.main([str(a), str(b), "--out", str(out), "--lessons", str(lessons)]) == 0
+    table = list(csv.DictReader(out.open()))
+    assert [(r["student"], r["exercise"], r["result"]) for r in table] == [
+        ("ann", "1", "correct"), ("ann", "2", "correct"), ("ann", "3", "not attempted"),
+        ("homework", "1", "not attempted"), ("homework", "2", "not attempted"), ("homework", "3", "not attempted")]
+    assert json.loads(out.with_suffix(".json").read_text()) == [{**r, "exercise": int(r["exercise"]),
+                                                                 "seconds": float(r["seconds"])} for r in table]
+    (tmp_path / "notes.ipynb").write_text("not json")
+    (tmp_path / "data.ipynb").write_text('{"cells": "none", "nbformat": 4}')
+    (tmp_path / "99_unknown.ipynb").write_text(json.dumps(_lesson()))
+    for bad, said in ((tmp_path / "missing.ipynb", "no such file"), (tmp_path / "notes.ipynb", "not a Jupyter"),
+                      (tmp_path / "data.ipynb", "no nbformat 4 'cells' list"),
+                      (tmp_path / "99_unknown.ipynb", "cannot tell which lesson")):
+        run = subprocess.run([sys.executable, "-m", "minwiola.grade", str(a), str(bad), "--out", str(out),
+                              "--lessons", str(lessons)], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 2 and said in run.stderr and len(run.stderr.strip().splitlines()) == 1
+        assert run.stdout == ""                                  # refused before anything ran
+
+
+def test_the_library_imports_without_nbclient_and_the_grader_says_what_is_missing(lessons, tmp_path):
+    path = _submit(tmp_path, "fay_01_tiny.ipynb", _lesson())
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["nbclient"] = None                           # as if the dev extra were not installed
+        import minwiola.model, minwiola.grade
+        from minwiola.grade import ClassroomError, grade
+        try:
+            grade({str(path)!r}, {str(lessons)!r})
+        except ClassroomError as e:
+            print(e)
+        """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "the grader needs nbclient" in run.stdout and "pip install" in run.stdout
+
+
+def test_a_real_lesson_with_its_solutions_scores_full(tmp_path):
+    """Lesson 04 (quick to run) from the student edition, with solutions/lesson04.py pasted in as a last cell."""
+    nb = grade.strip_notebook(grade.read_notebook(ROOT / "lessons" / "04_inference.ipynb"), "04_inference",
+                              grade.exercises_of(grade.LESSONS, "04_inference").values())
+    solutions = (ROOT / "lessons" / "exercises" / "solutions" / "lesson04.py").read_text()
+    nb["cells"].append(_cell("code", solutions))
+    report = grade.grade(_submit(tmp_path, "gus/04_inference.ipynb", nb))
+    assert report["lesson"] == "04_inference" and report["student"] == "gus" and report["flags"] == []
+    assert [x["result"] for x in report["results"]] == ["correct"] * len(grade.exercises_of(grade.LESSONS, "04_inference"))
