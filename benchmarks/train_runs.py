@@ -23,7 +23,7 @@ import torch
 
 from common import ROOT, commit, hardware  # noqa: E402 (benchmarks/common.py)
 
-from minwiola import data  # noqa: E402
+from minwiola import data, runs  # noqa: E402
 from minwiola.budget import count_params  # noqa: E402
 from minwiola.generate import generate, load_model  # noqa: E402
 from minwiola.train import TrainConfig, Trainer, read_metrics  # noqa: E402
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             out = Path(args.runs) / f"{name}-s{seed}"
             done = (out / "metrics.jsonl").exists() and (out / "loss.png").exists()
             if done:                                       # a finished run is reused only if it is this experiment
-                held = json.loads((out / "config.json").read_text())["train"]
+                held = runs.held_train_config(json.loads((out / "config.json").read_text())["train"])
                 wanted = json.loads(json.dumps(dataclasses.asdict(cfg)))
                 if any(held.get(k) != wanted.get(k) for k in held.keys() | wanted.keys()):   # a new field: None
                     raise SystemExit(f"{out} holds a run with other settings; move it away or pass other --runs")

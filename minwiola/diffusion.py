@@ -133,7 +133,8 @@ def exact_elbo(log_probs_fn, x0: torch.Tensor, mask: int) -> float:
     there are C(T, k) of each size k, so with k uniform on {1..T} (probability 1/T) and M uniform among the sets
     of size k (probability 1/C(T, k)):
 
-        sum_M L(M) / (k C(T, k)) = sum_k (1/T) sum_{|M|=k} (1/C(T, k)) (T/k) L(M) = E_{k ~ U{1..T}} E_{|M|=k} [(T/k) L(M)]
+        sum_M L(M) / (k C(T, k)) = sum_k (1/T) sum_{|M|=k} (1/C(T, k)) (T/k) L(M)
+                                 = E_{k ~ U{1..T}} E_{|M|=k} [(T/k) L(M)]
 
     the "any-order" form: (1/k) L(M) is the mean loss of a masked token, and T of them make a sequence. With the
     exact conditionals of a distribution q the bound is tight (each ordering of the positions is a chain rule of
@@ -205,12 +206,12 @@ def evaluate(model, tokens: np.ndarray, block_size: int, nbytes: torch.Tensor, b
         text_bytes += int(nbytes[window].sum())
     model.train(was_training)
     nats, lengths = np.array(nats), np.array(lengths, dtype=float)
-    per_token = nats.sum() / lengths.sum()
+    per_token = float(nats.sum() / lengths.sum())                # Python floats: they go into JSON and checkpoints
     n = len(nats)
-    stderr = math.sqrt(((nats - per_token * lengths) ** 2).sum() / (n * (n - 1))) / lengths.mean() if n > 1 \
+    stderr = math.sqrt(((nats - per_token * lengths) ** 2).sum() / (n * (n - 1))) / float(lengths.mean()) if n > 1 \
         else math.nan
     return {"nats_per_token": per_token, "perplexity": math.exp(per_token),
-            "bits_per_byte": nats.sum() / math.log(2) / max(text_bytes, 1), "tokens": int(lengths.sum()),
+            "bits_per_byte": float(nats.sum()) / math.log(2) / max(text_bytes, 1), "tokens": int(lengths.sum()),
             "bytes": text_bytes, "stderr_nats": stderr, "bound": True}
 
 

@@ -12,6 +12,12 @@ z / t overflows, raise ValueError instead of quietly picking a wrong token.
 With the KV cache each step feeds only the newest token; without it, each step re-reads the whole sequence.
 Both give the same tokens (tested); the cache is faster (benchmarks/generation_bench.py).
 
+A model without the causal mask (causal=False, a masked-diffusion denoiser, lesson 15) cannot continue a prompt
+token by token. For it, `generate` and `sample_stories` put max_new_tokens [MASK] ids after the prompt and fill them
+with `diffusion.sample`: lowest-confidence-last unmasking, blocks of 32 positions left to right, one step (one
+forward pass) per new token, and the same temperature. top-k and top-p filter a next-token distribution and do not
+apply there (they are not used; the command line says so).
+
 `story_statistics` measures what Yocto reports of its stories (vocabulary diversity, 2-gram repetition), with the
 definitions written down; `STORY_MODEL` is the small trained model that ships with the package (lesson 11).
 """
@@ -25,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from . import diffusion
 from .model import LanguageModel
 from .runs import SUMS, verify_folder
 from .tokenizer import Tokenizer, default_tokenizer
@@ -144,7 +151,8 @@ def sample_stories(model: LanguageModel, tokenizer, prompt: str, n: int, max_new
                    temperature: float = 0.8, top_k: int | None = None, top_p: float | None = 0.95, seed: int = 0,
                    use_cache: bool = True) -> list[str]:
     """`n` continuations of one prompt (as `generate`), drawn together as one batch of n rows; each ends at its
-    first `<|endoftext|>`."""
+    first `<|endoftext|>`. A causal=False model fills masks instead (`fill_stories`; top_k, top_p, use_cache
+    unused)."""
     start = [tokenizer.eot_id] + tokenizer.encode(prompt)
     if len(start) > model.config.context:
         raise ValueError(f"the prompt is {len(start)} tokens (with the leading <|endoftext|>), longer than the "
@@ -152,14 +160,41 @@ def sample_stories(model: LanguageModel, tokenizer, prompt: str, n: int, max_new
     device = next(model.parameters()).device
     idx = torch.tensor([start] * n, dtype=torch.long, device=device)
     room = model.config.context - len(start)
-    out = generate_ids(model, idx, min(max_new_tokens, room), temperature, top_k, top_p, seed, use_cache,
-                       stop_id=tokenizer.eot_id, n_ids=min(tokenizer.vocab_size, model.config.vocab_size))
+    if not model.config.causal:
+        out = fill_stories(model, tokenizer, idx, min(max_new_tokens, room), temperature, seed)
+    else:
+        out = generate_ids(model, idx, min(max_new_tokens, room), temperature, top_k, top_p, seed, use_cache,
+                           stop_id=tokenizer.eot_id, n_ids=min(tokenizer.vocab_size, model.config.vocab_size))
     stories = []
     for row in out[:, len(start):].tolist():
         if tokenizer.eot_id in row:
             row = row[:row.index(tokenizer.eot_id)]
         stories.append(prompt + tokenizer.decode(row))
     return stories
+
+
+def fill_stories(model: LanguageModel, tokenizer, idx: torch.Tensor, new_tokens: int, temperature: float = 0.8,
+                 seed: int = 0, block: int = 32) -> torch.Tensor:
+    """A diffusion model's continuation of idx (B, T): `new_tokens` [MASK] ids appended and filled by
+    `diffusion.sample` (rule "confidence", blocks of `block` left to right, one step per new token). Ids the
+    tokenizer does not have (the mask, and any padding of the vocabulary) are never produced."""
+    mask = diffusion.mask_id(model.config)
+    if mask < tokenizer.vocab_size:
+        raise ValueError(f"the model's [MASK] id {mask} is a token of the tokenizer ({tokenizer.vocab_size} ids): "
+                         f"a diffusion model needs vocab_size > {tokenizer.vocab_size}")
+    if new_tokens == 0:
+        return idx
+    x = torch.cat([idx, idx.new_full((idx.shape[0], new_tokens), mask)], 1)
+    beyond = torch.arange(tokenizer.vocab_size, model.config.vocab_size, device=idx.device)
+
+    def known_ids_only(ids):                            # padding ids stand for no text: rule them out
+        return model(ids).index_fill(-1, beyond, float("-inf"))
+    was_training = model.training
+    model.eval()
+    out, _ = diffusion.sample(known_ids_only, x, new_tokens, mask, "confidence", block, temperature,
+                              torch.Generator().manual_seed(seed))
+    model.train(was_training)
+    return out
 
 
 STORY_MODEL = Path(__file__).parent / "assets" / "story-model"   # trained in lesson 11 (README: how)
@@ -225,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         model, tokenizer = load_model(args.run)
+        if not model.config.causal:
+            print(f"(a diffusion model, causal=False: {args.tokens} masks filled by unmasking, one forward pass "
+                  "each, in blocks of 32; --top-k and --top-p do not apply)", file=sys.stderr)
         print(generate(model, tokenizer, args.prompt, args.tokens, args.temperature, args.top_k, args.top_p,
                        args.seed))
     except (OSError, ValueError) as e:

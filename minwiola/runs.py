@@ -89,10 +89,21 @@ def differences(held: dict, wanted: dict, prefix: str = "") -> list[str]:
             for k in sorted(held.keys() | wanted.keys()) if held.get(k) != wanted.get(k)]
 
 
+# Trainer settings added after runs were saved, with the value every earlier run had (train.TrainConfig's default).
+TRAIN_ADDED_LATER = {"objective": "next-token"}
+
+
+def held_train_config(held: dict) -> dict:
+    """A stored run's trainer settings (config.json's "train"), with the settings added since it was written
+    filled in as that run had them (`TRAIN_ADDED_LATER`): what to compare with a TrainConfig of today."""
+    return {**TRAIN_ADDED_LATER, **held}
+
+
 def check_same_run(out: Path, record: dict) -> None:
     """--resume: the run in `out` must be the one `record` describes, part by part (trainer settings, the model
     config as resolved, tokenizer, data files); RunFolderError naming every difference. A model field added since
-    the run was written (model.ADDED_LATER) counts as its default, which is what that run was built with."""
+    the run was written (model.ADDED_LATER) counts as its default, which is what that run was built with; so does a
+    trainer setting (TRAIN_ADDED_LATER)."""
     config_file = out / "config.json"
     try:
         held = json.loads(config_file.read_text())
@@ -104,6 +115,9 @@ def check_same_run(out: Path, record: dict) -> None:
     if "model" in record:
         defaults = dataclasses.asdict(ModelConfig())
         held["model"] = {**{k: defaults[k] for k in ADDED_LATER if k not in held["model"]}, **held["model"]}
+    if "train" in record:                               # both sides: a record without them means their defaults
+        held["train"] = held_train_config(held["train"])
+        record = {**record, "train": held_train_config(record["train"])}
     changed = [line for part in record
                for line in differences(held[part], record[part], "" if part == "train" else f"{part}.")]
     if changed:

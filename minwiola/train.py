@@ -14,6 +14,10 @@ The recipe is the Wiola paper's (eqs. 42-43):
 * a mixture of experts (ffn="moe", lesson 14) adds its weighted balancing and z-losses (`model.aux_loss()`) to the
   loss it trains on; the logged train_loss and every evaluation stay pure cross-entropy, and each step's record
   holds the added "aux_loss", each MoE layer's load per expert ("moe_load") and fraction dropped ("moe_dropped");
+* objective="diffusion" (lesson 15) trains a model without the causal mask as a masked-diffusion denoiser instead:
+  the loss is `diffusion.training_loss` (the ELBO estimate on a training window), evaluation reports the ELBO's
+  bound (`diffusion.evaluate`: the same keys, plus "bound" and "stderr_nats") and the sample story fills masks
+  after the prompt (`generate.fill_stories`);
 * learning rate: linear warmup over the first 5% of the run, then cosine decay to 0 (eq. 43). The "run" is the
   step budget, or the time budget if that ends first (the schedule then follows elapsed training time; time spent
   evaluating is not counted, so two models with the same budget get the same training time).
@@ -46,11 +50,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import data, quick_mode, runs
+from . import data, diffusion, quick_mode, runs
 from .generate import generate
 from .model import LanguageModel, ModelConfig, check_field_types, field_types, next_token_loss, preset
 from .runs import RunFolderError, plot_run, read_metrics  # noqa: F401 (lessons import them from here)
 from .tokenizer import default_tokenizer
+
+
+OBJECTIVES = ("next-token", "diffusion")
 
 
 @dataclass
@@ -80,6 +87,7 @@ class TrainConfig:
     activation_checkpointing: bool = False
     prompt: str = "Once upon a time"
     sample_tokens: int = 120
+    objective: str = "next-token"         # "next-token" (a decoder) or "diffusion" (a causal=False denoiser, lesson 15)
 
     def __post_init__(self):
         self.betas = tuple(self.betas)
@@ -100,12 +108,23 @@ class TrainConfig:
             raise ValueError(f"min_lr must be in [0, lr], got {self.min_lr} with lr {self.lr}")
         if not (len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas)) or not self.eps > 0:
             raise ValueError(f"betas must be two numbers in [0, 1) and eps > 0, got {self.betas}, {self.eps}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if not isinstance(self.overrides, dict):
             raise ValueError(f"overrides must be a dict of model config fields, got {self.overrides!r}")
 
     def model_config(self, tokenizer=None) -> ModelConfig:
         """The model's config; with `tokenizer`, also checked to fit it and these settings."""
         model_cfg = preset(self.preset, **self.overrides)
+        if self.objective == "diffusion" and model_cfg.causal:
+            raise ValueError(f"objective='diffusion' needs a model without the causal mask (causal=False, e.g. "
+                             f"preset diffusion-llama-style); {self.preset!r} is causal")
+        if self.objective == "next-token" and not model_cfg.causal:
+            raise ValueError(f"objective='next-token' needs a causal model: {self.preset!r} has causal=False (it "
+                             "sees the token it should predict); train it with objective='diffusion'")
+        if self.objective == "diffusion" and tokenizer is not None and model_cfg.vocab_size <= tokenizer.vocab_size:
+            raise ValueError(f"objective='diffusion' needs vocab_size > the tokenizer's {tokenizer.vocab_size} (room "
+                             f"for [MASK], id vocab_size - 1); preset {self.preset!r} has {model_cfg.vocab_size}")
         if tokenizer is not None and model_cfg.vocab_size < tokenizer.vocab_size:
             raise ValueError(f"preset {self.preset!r} has vocab_size={model_cfg.vocab_size}, fewer than the "
                              f"tokenizer's {tokenizer.vocab_size}")
@@ -183,6 +202,11 @@ def evaluate(model: LanguageModel, tokens: np.ndarray, block_size: int, nbytes: 
     per_token = nats / count
     return {"nats_per_token": per_token, "perplexity": math.exp(per_token),
             "bits_per_byte": nats / math.log(2) / max(text_bytes, 1), "tokens": count, "bytes": text_bytes}
+
+
+def bound(result: dict) -> str:
+    """The label a diffusion model's evaluation carries: its figures are an upper bound (the ELBO), not exact."""
+    return " (ELBO bound)" if result.get("bound") else ""
 
 
 def moe_record(micro_batches: list[dict]) -> dict:
@@ -318,8 +342,11 @@ class Trainer:
         for _ in range(cfg.grad_accum):
             x, y = data.get_batch(self.train_tokens, cfg.batch_size, cfg.block_size, self.generator, self.device)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
-                logits = self.forward(x)
-            loss = next_token_loss(logits, y)
+                if cfg.objective == "diffusion":          # the window itself is x_0; y is not used
+                    loss = diffusion.training_loss(self.forward, x, diffusion.mask_id(self.model.config),
+                                                   self.generator)
+                else:
+                    loss = next_token_loss(self.forward(x), y)
             aux = self.model.aux_loss()                   # MoE's balancing (+ z) losses, weighted; 0 without MoE
             ((loss + aux) / cfg.grad_accum).backward()
             total += loss.item() / cfg.grad_accum
@@ -336,11 +363,13 @@ class Trainer:
         return total
 
     def evaluate_and_sample(self) -> dict:
-        result = evaluate(self.model, self.valid_tokens, self.cfg.block_size, self.nbytes, self.cfg.eval_batch,
-                          self.device, self.cfg.eval_max_windows)
+        score = diffusion.evaluate if self.cfg.objective == "diffusion" else evaluate   # the bound, or exact
+        result = score(self.model, self.valid_tokens, self.cfg.block_size, self.nbytes, self.cfg.eval_batch,
+                       self.device, self.cfg.eval_max_windows)
         story = generate(self.model, self.tokenizer, self.cfg.prompt, self.cfg.sample_tokens, seed=0)
         with open(self.out / "samples.txt", "a") as f:
-            f.write(f"--- step {self.step}, held-out {result['nats_per_token']:.3f} nats/token\n{story}\n\n")
+            f.write(f"--- step {self.step}, held-out {result['nats_per_token']:.3f} nats/token{bound(result)}\n"
+                    f"{story}\n\n")
         if result["nats_per_token"] < self.best:
             self.best = result["nats_per_token"]
             record = json.dumps({"step": self.step, **result}, indent=2) + "\n"
@@ -418,7 +447,7 @@ class Trainer:
                                                    **{f"valid_{k}": v for k, v in last.items()}})
                     self.save_checkpoint()
                     if not self.quiet:
-                        bar.write(f"step {self.step}: held-out {last['nats_per_token']:.4f} nats/token, "
+                        bar.write(f"step {self.step}: held-out {last['nats_per_token']:.4f} nats/token{bound(last)}, "
                                   f"perplexity {last['perplexity']:.2f}, {last['bits_per_byte']:.4f} bits/byte")
         finally:
             bar.close()
@@ -525,7 +554,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         return 1
     except KeyboardInterrupt:
         return 130
-    print(f"done: {trainer.step} steps, held-out {result['nats_per_token']:.4f} nats/token, perplexity "
+    print(f"done: {trainer.step} steps, held-out {result['nats_per_token']:.4f} nats/token{bound(result)}, perplexity "
           f"{result['perplexity']:.2f}, {result['bits_per_byte']:.4f} bits/byte; best weights in {out}/best")
     return 0
 

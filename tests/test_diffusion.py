@@ -288,6 +288,7 @@ def test_the_held_out_bound_is_reproducible_and_counts_every_token():
     a = diffusion.evaluate(model, tokens, block_size=32, nbytes=nbytes, batch=4, draws=2)
     b = diffusion.evaluate(model, tokens, block_size=32, nbytes=nbytes, batch=4, draws=2)
     assert a == b and a["bound"] is True and a["tokens"] == 300 and a["bytes"] == 900
+    assert all(type(a[k]) is float for k in ("nats_per_token", "perplexity", "bits_per_byte", "stderr_nats"))
     assert abs(a["bits_per_byte"] - a["nats_per_token"] * 300 / math.log(2) / 900) < 1e-9
     assert 0 < a["stderr_nats"] < 0.1 * a["nats_per_token"]
     assert abs(a["nats_per_token"] - math.log(64)) < 0.5                      # an untrained model: about ln V

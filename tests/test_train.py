@@ -352,3 +352,81 @@ def test_atm_merge_ratio_is_logged_every_step_and_averaged_at_every_evaluation(s
     plain = tiny(overrides={**tiny().overrides, "atm": "off"})
     Trainer(plain, tmp_path / "plain", progress=False, quiet=True).run()
     assert not any("atm_mu" in r for r in train.read_metrics(tmp_path / "plain"))
+
+
+def diffusion_run(**changes) -> TrainConfig:
+    """tiny-diffusion with the shipped tokenizer's 4,096 ids and one more for [MASK]."""
+    settings = dict(preset="tiny-diffusion", overrides={"vocab_size": 4097}, objective="diffusion", steps=30,
+                    batch_size=8, block_size=32, eval_every=15, lr=1e-2, sample_tokens=8)
+    settings.update(changes)
+    return TrainConfig(**settings)
+
+
+def test_each_objective_refuses_a_model_it_cannot_train():
+    tok = default_tokenizer()
+    with pytest.raises(ValueError, match="objective must be one of"):
+        TrainConfig(objective="mlm")
+    with pytest.raises(ValueError, match="needs a model without the causal mask"):
+        TrainConfig(preset="tiny-llama", objective="diffusion").model_config()
+    with pytest.raises(ValueError, match="needs a causal model"):
+        TrainConfig(preset="tiny-diffusion").model_config()
+    with pytest.raises(ValueError, match="room for \\[MASK\\]"):
+        TrainConfig(preset="tiny-diffusion", overrides={"vocab_size": 4096}, objective="diffusion").model_config(tok)
+    assert diffusion_run().model_config(tok).vocab_size == tok.vocab_size + 1
+    assert train.command_line().parse_args(["--objective", "diffusion"]).objective == "diffusion"
+
+
+def test_a_diffusion_run_learns_reports_the_bound_and_resumes_exactly(small_data, tmp_path):
+    whole = Trainer(diffusion_run(), tmp_path / "whole", progress=False, quiet=True)
+    last = whole.run()
+    records = train.read_metrics(tmp_path / "whole")
+    losses = [r["train_loss"] for r in records if "train_loss" in r]
+    evals = [r for r in records if "valid_nats_per_token" in r]
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5                 # it learns (from about ln 4096)
+    assert last["bound"] is True and evals[-1]["valid_bound"] is True and evals[-1]["valid_stderr_nats"] > 0
+    assert evals[-1]["valid_nats_per_token"] < math.log(4096) - 1
+    assert "nats/token (ELBO bound)" in (tmp_path / "whole" / "samples.txt").read_text()
+    resumed = killed_and_resumed(diffusion_run(), tmp_path / "part")        # killed at step 6 (its first save)
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    with pytest.raises(train.RunFolderError, match="objective"):
+        Trainer(diffusion_run(objective="next-token", preset="tiny-llama", overrides={"vocab_size": 4097}),
+                tmp_path / "part", resume=True, progress=False, quiet=True)
+
+
+def test_a_run_saved_before_objectives_existed_still_resumes(small_data, tmp_path):
+    out = tmp_path / "run"
+    part = Trainer(tiny(), out, progress=False, quiet=True)
+    part.finished = lambda: part.step >= 6
+    part.run()
+    held = json.loads((out / "config.json").read_text())
+    del held["train"]["objective"]                                  # as an older version wrote it
+    (out / "config.json").write_text(json.dumps(held))
+    assert Trainer(tiny(), out, resume=True, progress=False, quiet=True).step == 6
+    with pytest.raises(train.RunFolderError, match="objective: 'next-token' there, 'diffusion' now"):
+        Trainer(tiny(objective="diffusion", preset="tiny-diffusion", overrides={"vocab_size": 4097}), out,
+                resume=True, progress=False, quiet=True)
+
+
+def test_a_diffusion_model_writes_its_story_by_unmasking(tmp_path):
+    from minwiola import diffusion
+    from minwiola.generate import generate, main
+    tok = default_tokenizer()
+    torch.manual_seed(0)
+    model = LanguageModel(preset("tiny-diffusion", vocab_size=4100)).eval()   # ids 4096-4098 pad, 4099 is [MASK]
+    plain = model.forward
+    model.forward = lambda idx, cache=None: plain(idx, cache).index_fill(-1, torch.arange(4096, 4099), 1e4)
+    story = generate(model, tok, "Once upon a time", 12, temperature=0.0)
+    start = [tok.eot_id] + tok.encode("Once upon a time")
+    x = torch.tensor([start + [4099] * 12])
+    calls = []
+    wrapped = lambda ids: (calls.append(1), model(ids).index_fill(-1, torch.arange(4096, 4100), float("-inf")))[1]
+    ids, passes = diffusion.sample(wrapped, x, 12, 4099, block=32, generator=torch.Generator().manual_seed(0))
+    assert passes == 12 and (ids < 4096).all()                          # one pass per token; text ids only
+    row = ids[0, len(start):].tolist()
+    assert story == "Once upon a time" + tok.decode(row[:row.index(tok.eot_id)] if tok.eot_id in row else row)
+    model.save_pretrained(tmp_path / "saved", tok)
+    assert main([str(tmp_path / "saved"), "Once upon a time", "--tokens", "5"]) == 0
+    narrow = LanguageModel(preset("tiny-diffusion", vocab_size=4096))               # no room for [MASK]
+    with pytest.raises(ValueError, match="needs vocab_size > 4096"):
+        generate(narrow, tok, "Once", 4)
