@@ -358,12 +358,55 @@ def _digests(folder: Path) -> dict[str, str]:
             if "__pycache__" not in p.parts}
 
 
+OUT_OF_TIME = {"ename": "OutOfTime", "evalue": "the notebook's time limit", "traceback": []}
+PING = 10                               # seconds a kernel may take to run `pass` after the notebook's time limit
+
+
+def _execute(book, scratch: Path, timeout: float, probe, probe_timeout: float) -> tuple[float, bool, str]:
+    """Run the notebook's cells in a fresh kernel (cwd `scratch`, quick mode unless set) until done or out of
+    time, then the probe; return (seconds the notebook took, whether it ran out of time, what went wrong with
+    the kernel or "")."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    import nbformat
+    client = NotebookClient(book, timeout=int(timeout), kernel_name="python3", allow_errors=True,
+                            interrupt_on_timeout=True, error_on_timeout=OUT_OF_TIME, shutdown_kernel="immediate",
+                            resources={"metadata": {"path": str(scratch)}})
+    env = {**os.environ, "MINWIOLA_QUICK": os.environ.get("MINWIOLA_QUICK", "1")}
+    start, timed_out = time.monotonic(), False
+    try:
+        with client.setup_kernel(env=env):
+            for i, cell in enumerate(book.cells):
+                left = timeout - (time.monotonic() - start)
+                timed_out = left <= 0
+                if timed_out:                            # the notebook ran out of time: the rest is not run
+                    break
+                if cell.cell_type == "code":
+                    client.timeout = max(1, int(left + 0.999))
+                    client.execute_cell(cell, i)
+            seconds = time.monotonic() - start
+            timed_out = timed_out or seconds >= timeout
+            if timed_out:                                # a loop that swallows the interrupt keeps the kernel busy
+                book.cells.append(nbformat.v4.new_code_cell("pass"))
+                client.timeout, asked = PING, time.monotonic()
+                client.execute_cell(book.cells[-1], len(book.cells) - 1)
+                if time.monotonic() - asked >= PING:       # no answer to `pass`: still in the student's loop
+                    return seconds, True, "the kernel was still busy after the time limit (the interrupt was ignored)"
+            book.cells.append(probe)
+            client.timeout = probe_timeout
+            client.execute_cell(probe, len(book.cells) - 1)
+        return seconds, timed_out, ""
+    except (DeadKernelError, CellTimeoutError) as e:            # os._exit, a crash, a kernel that never answers
+        first = (str(e).strip().splitlines() or [""])[0]
+        return time.monotonic() - start, timed_out, f"the kernel stopped ({type(e).__name__}: {first})"
+
+
 def grade(path: Path, lessons: Path = LESSONS, timeout: float = 900, check_timeout: int = 60) -> dict:
     """Execute one submission and return {student, lesson, file, seconds, timed_out, flags, results}: results has
     one {exercise, function, result, message} per exercise of the lesson."""
     try:
+        import nbclient  # noqa: F401 (used in _execute; imported here to say at once what is missing)
         import nbformat
-        from nbclient import NotebookClient
     except ImportError as e:
         raise ClassroomError(f"the grader needs nbclient and nbformat ({e.name} is missing): "
                              "pip install -e '.[dev]'") from None
@@ -381,36 +424,20 @@ def grade(path: Path, lessons: Path = LESSONS, timeout: float = 900, check_timeo
         scratch = Path(tmp) / "lessons"
         student_edition(scratch, lessons)
         before = _digests(scratch / "exercises")
-        client = NotebookClient(book, timeout=int(timeout), kernel_name="python3", allow_errors=True,
-                                interrupt_on_timeout=True, resources={"metadata": {"path": str(scratch)}})
-        env = {**os.environ, "MINWIOLA_QUICK": os.environ.get("MINWIOLA_QUICK", "1")}
-        start, timed_out = time.monotonic(), False
-        with client.setup_kernel(env=env):
-            for i, cell in enumerate(book.cells):
-                left = timeout - (time.monotonic() - start)
-                timed_out = left <= 0
-                if timed_out:                            # the notebook ran out of time: the rest is not run
-                    break
-                if cell.cell_type == "code":
-                    client.timeout = max(1, int(left + 0.999))
-                    client.execute_cell(cell, i)
-            seconds = time.monotonic() - start
-            timed_out = timed_out or seconds >= timeout
-            probe = nbformat.v4.new_code_cell(_probe(lessons / "exercises" / f"lesson{stem[:2]}.py", exercises,
-                                                     check_timeout))
-            client.timeout = check_timeout * max(1, len(exercises)) + 60
-            book.cells.append(probe)
-            client.execute_cell(probe, len(book.cells) - 1)
+        probe = nbformat.v4.new_code_cell(_probe(lessons / "exercises" / f"lesson{stem[:2]}.py", exercises,
+                                                 check_timeout))
+        seconds, timed_out, trouble = _execute(book, scratch, timeout, probe, check_timeout * len(exercises) + 60)
         changed = sorted(k for k, v in _digests(scratch / "exercises").items() if before.get(k) != v)
     report["flags"] += [f"changed exercises/{name} on disk" for name in changed]
     said = "".join(o.get("text", "") for o in probe.outputs if o.get("output_type") == "stream")
     line = next((ln for ln in said.splitlines() if ln.startswith(VERDICTS)), None)
-    if line is None:
-        why = next((f"{o['ename']}: {o['evalue']}" for o in probe.outputs if o.get("output_type") == "error"),
-                   "no answer from the kernel")
-        verdicts = [(n, "error", f"the grader could not run the checks ({why})"[:200]) for n in exercises]
-    else:
+    if line is not None:
         verdicts = json.loads(line[len(VERDICTS):])
+    else:
+        why = trouble or next((f"{o['ename']}: {o['evalue']}" for o in probe.outputs if o.get("output_type") ==
+                               "error"), "no answer from the kernel")
+        verdicts = [(n, "timeout" if timed_out else "error", f"the grader could not run the checks: {why}"[:200])
+                    for n in exercises]
     results = []
     for n, result, message in verdicts:
         if timed_out and result == "not attempted" and message:       # never reached its definition

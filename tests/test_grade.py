@@ -208,3 +208,14 @@ def test_a_real_lesson_with_its_solutions_scores_full(tmp_path):
     report = grade.grade(_submit(tmp_path, "gus/04_inference.ipynb", nb))
     assert report["lesson"] == "04_inference" and report["student"] == "gus" and report["flags"] == []
     assert [x["result"] for x in report["results"]] == ["correct"] * len(grade.exercises_of(grade.LESSONS, "04_inference"))
+
+
+def test_a_notebook_that_kills_its_kernel_gets_errors_and_the_grader_goes_on(lessons, tmp_path):
+    dead = _submit(tmp_path, "hal_01_tiny.ipynb", _lesson(SOLVED_1, stubs_2="import os\nos._exit(1)\n"))
+    fine = _submit(tmp_path, "ivy_01_tiny.ipynb", _lesson(SOLVED_1))
+    out = tmp_path / "grades.csv"
+    assert grade.main([str(dead), str(fine), "--out", str(out), "--lessons", str(lessons)]) == 0
+    table = list(csv.DictReader(out.open()))
+    assert {(r["result"], "the kernel stopped" in r["message"]) for r in table if r["student"] == "hal"} == \
+        {("error", True)}
+    assert [r["result"] for r in table if r["student"] == "ivy"] == ["correct", "correct", "not attempted"]
