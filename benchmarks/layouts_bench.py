@@ -25,7 +25,8 @@ T5's span corruption of TinyStories, against a decoder-only model of equal param
 
 Held out: the first --eval-windows consecutive --window-token windows of the validation split, corrupted once with
 a fixed generator (--eval-seed), the same for both arms. Reported per arm: the target loss in nats per target
-token (teacher forcing; all U target tokens, sentinels included), and, with greedy decoding of the first
+token (teacher forcing; all U target tokens, sentinels included), the same with each target given another window's
+source (how much reading the right source is worth), and, with greedy decoding of the first
 --decode-windows of them, the fraction of spans restored exactly (a span counts when its sentinel and every hidden
 token stand at the target's positions), the fraction of hidden tokens it puts right at their positions, and one
 decoded example (--example: a window index; only the model's output is stored, never the story's text: `held_out`
@@ -175,8 +176,8 @@ def evaluate(name: str, model, tokenizer, args) -> dict:
     model.eval()
     _, src, tgt = held_out(tokenizer, args.eval_windows, args.window, args.eval_seed)
     start_id, first = tokenizer.eot_id, tokenizer.vocab_size
-    total = sum(target_loss(name, model, s, t, start_id).item() * t.numel()
-                for s, t in zip(src.split(32), tgt.split(32)))
+    loss = lambda sources: sum(target_loss(name, model, s, t, start_id).item() * t.numel()  # noqa: E731
+                               for s, t in zip(sources.split(32), tgt.split(32))) / tgt.numel()
     n = min(args.decode_windows, len(src))
     predicted = torch.cat([decode(name, model, s, tgt.shape[1], start_id) for s in src[:n].split(32)])
     hits = spans_restored(predicted, tgt[:n], first)
@@ -189,7 +190,8 @@ def evaluate(name: str, model, tokenizer, args) -> dict:
         spans.append({"span": i, "model_ids": guess, "model_text": tokenizer.decode([t for t in guess if t < first]),
                       "restored": bool(hits[example * k + i])})
     hidden = tgt[:n] < first                                          # the hidden tokens' positions (no sentinels)
-    return {"nats_per_target_token": total / tgt.numel(), "held_out_windows": len(src),
+    return {"nats_per_target_token": loss(src), "held_out_windows": len(src),
+            "nats_per_target_token_other_source": loss(src.roll(1, 0)),     # each target with another window's source
             "decoded_windows": n, "spans_restored": hits.float().mean().item(), "spans": hits.numel(),
             "hidden_tokens_right": (predicted == tgt[:n])[hidden].float().mean().item(),
             "example": {"window": example, "model_target_ids": predicted[example].tolist(), "spans": spans}}
@@ -204,6 +206,8 @@ def summarise(result: dict) -> None:
         arm["mean_nats_per_target_token"] = sum(loss) / len(loss)
         arm["spread_nats_per_target_token"] = max(loss) - min(loss)
         arm["mean_spans_restored"] = sum(s["spans_restored"] for s in arm["seeds"].values()) / len(loss)
+        arm["mean_nats_per_target_token_other_source"] = sum(s["nats_per_target_token_other_source"]
+                                                             for s in arm["seeds"].values()) / len(loss)
     if set(ARMS) <= set(result["arms"]):
         result["comparison"] = {"encdec vs decoder": compare(
             [s["nats_per_target_token"] for s in result["arms"]["encdec"]["seeds"].values()],

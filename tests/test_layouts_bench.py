@@ -79,6 +79,7 @@ def test_a_tiny_run_end_to_end_resumes_after_a_kill(tmp_path, monkeypatch):
         seed = arm["seeds"]["0"]
         assert seed["nats_per_target_token"] > 0 and 0 <= seed["spans_restored"] <= 1
         assert 0 <= seed["hidden_tokens_right"] <= 1
+        assert seed["nats_per_target_token_other_source"] != seed["nats_per_target_token"]     # it reads the source
         assert seed["spans"] == 3 * 2 and len(seed["example"]["spans"]) == 2       # 32 tokens: 5 hidden in 2 spans
         assert len(seed["example"]["model_target_ids"]) == 7
     for key in ("command", "commit", "hardware", "threads", "torch", "data"):
