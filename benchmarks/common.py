@@ -6,6 +6,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -34,9 +35,10 @@ def commit() -> str:
 def train_or_reuse(cfg, out: Path) -> Path:
     """Train the run `cfg` (a minwiola.train.TrainConfig) into `out`, resume it if it stopped, or reuse it if it
     finished with these very settings (SystemExit if `out` holds another run): how long sweeps survive a kill."""
+    from minwiola.runs import held_train_config
     from minwiola.train import Trainer
     if (out / "loss.png").exists():                     # finished: reused if it is this experiment
-        held = json.loads((out / "config.json").read_text())["train"]
+        held = held_train_config(json.loads((out / "config.json").read_text())["train"])   # + settings added since
         if held != json.loads(json.dumps(dataclasses.asdict(cfg))):
             raise SystemExit(f"{out} holds a run with other settings; move it away or pass other --runs")
         return out
@@ -71,3 +73,18 @@ def save_or_return(fig, path: Path | None, dpi: int = 110):
         fig.savefig(path, dpi=dpi)
         plt.close(fig)
     return fig
+
+
+def write_result(result: dict, path: Path, plot=None) -> None:
+    """A benchmark's result file, written whole (a temporary file renamed over it, so a reader never meets half a
+    file), then its figure beside it (`plot(result, path.with_suffix(".png"))`); a figure that fails is reported on
+    stderr and never costs the result."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(path)
+    if plot is not None:
+        try:
+            plot(result, path.with_suffix(".png"))
+        except Exception as e:
+            print(f"(no figure: {e})", file=sys.stderr)

@@ -58,7 +58,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import ROOT, commit, compare, hardware, save_or_return, train_or_reuse  # noqa: E402 (benchmarks/common.py)
+from common import (ROOT, commit, compare, hardware, save_or_return, train_or_reuse,  # noqa: E402
+                    write_result)  # (benchmarks/common.py)
 from tokenizer_bench import best_of  # noqa: E402
 from train_runs import best_eval  # noqa: E402
 
@@ -337,14 +338,7 @@ def write(result: dict, path: Path) -> None:
         arm["best_lr"] = best_rate(arm["sweep"]) if arm["sweep"] else arm.get("best_lr")
         summarise(arm)
     result["comparison"] = verdicts(result)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    tmp.replace(path)
-    try:
-        plot(result, path.with_suffix(".png"))
-    except Exception as e:                          # a figure never costs a result
-        print(f"(no figure: {e})", file=sys.stderr)
+    write_result(result, path, plot)
 
 
 def plot(result: dict, path: Path | None = None):
