@@ -130,9 +130,9 @@ def measure() -> None:
                         *[f"lessons/{s}.ipynb" for s in stems()]], cwd=ROOT, env=env, check=True)
         cases = ET.parse(report).getroot().iter("testcase")
         times: dict[str, list[float]] = {}
-        for case in cases:
-            stem = Path(case.get("file") or case.get("classname", "").replace(".", "/")).stem
-            times.setdefault(stem.split("/")[-1], []).append(float(case.get("time", 0)))
+        for case in cases:                            # classname "lessons.04_inference.ipynb", name "Cell 3"
+            stem = re.search(r"(\d\d_\w+)\.ipynb", case.get("classname", "")).group(1)
+            times.setdefault(stem, []).append(float(case.get("time", 0)))
     lessons = {s: {"seconds": round(sum(t), 1), "cells": len(t), "slowest_cell": round(max(t), 1)}
                for s, t in sorted(times.items())}
     CELL_TIMES.write_text(json.dumps({
@@ -190,7 +190,8 @@ def guide() -> str:
     out += ["", "## The lessons one by one", "",
             "*Time* is measured, never estimated: the full run is the last `lessons/execute.py` run recorded in "
             "`results/lesson_times.json` (the committed outputs; "
-            + ("; ".join(full_hw) or "no machine recorded") + ", one thread); quick mode is the sum of nbval's "
+            + ("; ".join(full_hw) or "no machine recorded") + ", OMP_NUM_THREADS="
+            + ("/".join(sorted({str(r["full"]["threads"]) for r in rows if r["full"]})) or "-") + "); quick mode is the sum of nbval's "
             "per-cell times in `results/lesson_cell_times.json`"
             + (f" ({quick_info['hardware']}, one thread, load {quick_info['load_average_at_start']} at the start, "
                f"{quick_info['data']} stories)" if quick_info else "") + ". A dash: no such run recorded yet.", ""]

@@ -36,6 +36,12 @@ def test_every_lesson_has_its_objective_exercises_and_measured_times(stem):
         assert f"{make_guide._minutes(full['seconds'])} full run" in text
     else:
         assert "full run: -" in text                                  # never a guessed time
+    cells = ROOT / "results" / "lesson_cell_times.json"
+    quick = json.loads(cells.read_text())["lessons"].get(stem) if cells.exists() else None
+    if quick:
+        assert f"{make_guide._minutes(quick['seconds'])} in quick mode" in text
+    else:
+        assert "quick mode: -" in text
 
 
 def test_objectives_and_references_are_read_from_the_lesson():
