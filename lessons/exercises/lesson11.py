@@ -87,4 +87,71 @@ def check_5(tau_for_ratio) -> None:
     print(f"Exercise 5: correct (tau = {float(tau_for_ratio(rho, 0.11)):.3f} for mu = 0.11 on uniform similarities)")
 
 
-EXERCISES = {1: "bits_per_byte", 2: "rate_at", 3: "dsff_widths", 4: "distinct", 5: "tau_for_ratio"}   # check -> name
+def _step_case():
+    """Two identical tiny models with AdamW built at lr 1.0 (so a step that never sets the rate shows), two fixed
+    batches whose gradients are far above the clip of 0.05 (so a step that does not clip shows too)."""
+    from minwiola.model import LanguageModel, preset
+    torch.manual_seed(0)
+    cfg = preset("tiny-llama", init_std=0.5)
+    models = [LanguageModel(cfg).double() for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    opts = [torch.optim.AdamW(m.parameters(), lr=1.0, weight_decay=0.1) for m in models]
+    g = torch.Generator().manual_seed(1)
+    batches = [torch.randint(0, cfg.vocab_size, (3, 9), generator=g) for _ in range(2)]
+    return models, opts, [(b[:, :-1], b[:, 1:]) for b in batches]
+
+
+def _reference_step(model, opt, x, y, lr, clip, zero=True, clipped=True, set_rate=True) -> float:
+    """minwiola.train.Trainer.train_step's order (one micro-batch): rate, forward, loss, backward, clip, step, zero.
+    The switches turn one part off, to name what a wrong answer forgot."""
+    from minwiola.model import next_token_loss
+    if set_rate:
+        for group in opt.param_groups:
+            group["lr"] = lr
+    loss = next_token_loss(model(x), y)
+    loss.backward()
+    if clipped:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+    if zero:
+        opt.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def _same_weights(a, b) -> bool:
+    return all(torch.allclose(p, q, atol=1e-9, rtol=0) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def check_6(train_step) -> None:
+    """train_step(model, optimizer, x, y, lr, clip): one optimizer step as the trainer takes it; returns the loss."""
+    models, opts, batches = _step_case()
+    lr, clip = 1e-2, 0.05
+    first = train_step(models[0], opts[0], *batches[0], lr, clip)
+    if not attempted(first, 6):
+        return
+    want = _reference_step(models[1], opts[1], *batches[0], lr, clip)
+    close(first, want, "the loss your step returns for the first batch (mean next-token cross-entropy, nats)", 1e-9)
+    assert _same_weights(*models), _diagnose(models[0], 1, lr, clip)
+    train_step(models[0], opts[0], *batches[1], lr, clip)
+    _reference_step(models[1], opts[1], *batches[1], lr, clip)
+    assert _same_weights(*models), _diagnose(models[0], 2, lr, clip)
+    print(f"Exercise 6: correct (two steps agree with the trainer's order; first loss {first:.4f} nats/token)")
+
+
+def _diagnose(learner, steps: int, lr: float, clip: float) -> str:
+    """Replay `steps` steps with one part switched off; name the part whose absence the learner's weights match."""
+    fixes = {"zero": "the gradients of the first step were still there at the second: zero them after the step",
+             "clipped": f"the gradient was not clipped to norm {clip} before the step (clip_grad_norm_)",
+             "set_rate": f"the rate was not set: put lr = {lr} in every param group before the step"}
+    for part, hint in fixes.items():
+        models, opts, batches = _step_case()
+        for batch in batches[:steps]:
+            _reference_step(models[1], opts[1], *batch, lr, clip, **{part: False})
+        if _same_weights(learner, models[1]):
+            return f"after step {steps} the weights differ from the trainer's: {hint}"
+    return (f"after step {steps} the weights differ from the trainer's order (set the rate, forward, loss, backward, "
+            "clip, step, zero the gradients)")
+
+
+EXERCISES = {1: "bits_per_byte", 2: "rate_at", 3: "dsff_widths", 4: "distinct", 5: "tau_for_ratio",
+             6: "train_step"}   # check -> name

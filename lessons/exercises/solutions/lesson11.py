@@ -41,6 +41,38 @@ def tau_for_ratio(rho, target):
     return lo
 
 
+def train_step(model, optimizer, x, y, lr, clip):
+    import torch
+    from minwiola.model import next_token_loss
+    for group in optimizer.param_groups:
+        group["lr"] = lr                                            # the schedule's rate for this step
+    loss = next_token_loss(model(x), y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)        # clip the gradient, then step
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)                           # or the next step adds to these gradients
+    return loss.item()
+
+
+def _forgets(part):
+    """train_step with one part left out: the plausible mistakes of exercise 6."""
+    def step(model, optimizer, x, y, lr, clip):
+        import torch
+        from minwiola.model import next_token_loss
+        if part != "rate":
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+        loss = next_token_loss(model(x), y)
+        loss.backward()
+        if part != "clip":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if part != "zero":
+            optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+    return step
+
+
 # Plausible mistakes, for the test that every check catches one (tests/test_exercises.py).
 WRONG = {
     "bits_per_byte": lambda nats, nbytes: nats / nbytes,                       # forgot nats -> bits
@@ -48,4 +80,6 @@ WRONG = {
     "dsff_widths": lambda d, hidden: (hidden // 4, 3 * hidden // 4),          # forgot the gate's 2 d^2
     "distinct": lambda words, n: len(set(words)) / len(words),                  # ignores n
     "tau_for_ratio": lambda rho, target: 0.92,                                  # the paper's tau, uncalibrated
+    "train_step": _forgets("zero"),                                             # gradients pile up
 }
+ALSO_WRONG = {"train_step": [_forgets("clip"), _forgets("rate")]}
