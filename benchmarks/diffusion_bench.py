@@ -390,14 +390,15 @@ def plot(result: dict, path: Path | None = None):
             b.axhline(dec[0]["mean_judge_nats"], color="k", ls=":", label="decoder (one pass per token)")
         b.set_xscale("log", base=2)
         b.legend(fontsize=8)
-    b.set_xlabel(f"unmasking steps N for {result.get('generation', {}).get('length', '?')} tokens")
+    b.set_xlabel(f"unmasking steps N for {result.get('generation', {}).get('generated', '?')} tokens after <|endoftext|>")
     b.set_ylabel("judge's nats/token of the samples (lower: more plausible)")
     b.set_title("(b) samples against the number of steps", fontsize=9)
     for name in names:
         arm = result["arms"][name]
         run = arm["seeds"].get("0") or next(iter(arm["seeds"].values()))
         curve = np.array(run["valid_curve"])
-        c.plot(curve[:, 0] / 1e6, curve[:, 1], "o-", label=f"{name}, held-out" + (" (bound)" if name == "diffusion" else ""))
+        c.plot(curve[:, 0] / 1e6, curve[:, 1], "o-", label=f"{name}, held-out" + (
+            f" (bound, first {result.get('trainer_bound_windows', '?')} windows)" if name == "diffusion" else ""))
         train = np.array(run["train_curve"])
         c.plot(train[:, 0] / 1e6, train[:, 1], "-", alpha=0.5, label=f"{name}, training loss")
     c.set_xlabel("training tokens (millions)")
@@ -463,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
               "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "data": data.describe_source(), "steps": args.steps,
               "batch_size": args.batch_size, "block_size": args.block_size, "rates": args.rates, "seeds": args.seeds,
-              "shape": args.shape, "draws": args.draws,
+              "shape": args.shape, "draws": args.draws, "trainer_bound_windows": args.trainer_bound_windows,
               "rule": "diffusion vs decoder: difference of mean held-out bits/byte (diffusion's an ELBO upper bound, "
                       "decoder's exact); 'lower'/'higher' when |difference| > 2 x the larger seed spread (max - min) "
                       "of the two arms, else 'within noise'",

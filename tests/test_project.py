@@ -270,3 +270,17 @@ def test_lesson_00_maps_every_lesson():
     rows = set(re.findall(r"^\| (\d\d) \|", prose, flags=re.M))
     lessons = {path.name[:2] for path in (ROOT / "lessons").glob("[0-9][0-9]_*.ipynb")}
     assert rows == lessons, f"lesson 00's map is wrong about lesson(s) {sorted(rows ^ lessons)}"
+
+
+def test_readme_diffusion_tables_come_from_results():
+    r = json.loads((ROOT / "results" / "diffusion_bench.json").read_text())
+    assert r["data"].startswith("TinyStories sample") and not r["partial"]
+    section = README.split("**Masked diffusion against a decoder**")[1].split("\n**")[0]
+    assert "(partial)" not in section and "python benchmarks/diffusion_bench.py --evaluate-only" in section
+    for line in benchmark("diffusion_bench").report(r).splitlines():       # every row of the three tables
+        assert line in section, line
+    v, arms = r["comparison"]["diffusion vs decoder"], r["arms"]
+    text = " ".join(section.split())
+    for claim in (f"{v['difference']:+.4f} bits per byte", f"twice the larger seed spread, {v['bound']:.4f}",
+                  f"at most {arms['diffusion']['max_stderr_bits_per_byte']:.4f}", v["verdict"]):
+        assert claim in text, claim
