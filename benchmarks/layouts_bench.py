@@ -216,6 +216,23 @@ def summarise(result: dict) -> None:
                             for name in ARMS)
 
 
+def report(result: dict) -> str:
+    """The README's two tables: what each layout costs on one span-corruption pair, and the two trained arms."""
+    c = result["costs"]
+    rows = ["| layout | layers | parameters | forward FLOPs per token | attended (query, key) pairs |",
+            "|---|---|---|---|---|"]
+    for name, v in c["layouts"].items():
+        rows.append(f"| {name} | {v['layers']} | {v['params']:,} | {v['flops_per_token'] / 1e6:.2f}M | "
+                    f"{v['attended_pairs']:,} |")
+    rows += ["", "| arm | parameters | layers | seeds | held-out nats per target token | seed spread | "
+                 "with another window's source | spans restored exactly |", "|---|---|---|---|---|---|---|---|"]
+    for name, arm in result["arms"].items():
+        rows.append(f"| {name} | {arm['params']:,} | {arm['layers']} | {len(arm['seeds'])} | "
+                    f"{arm['mean_nats_per_target_token']:.3f} | {arm['spread_nats_per_target_token']:.3f} | "
+                    f"{arm['mean_nats_per_target_token_other_source']:.3f} | {arm['mean_spans_restored']:.1%} |")
+    return "\n".join(rows)
+
+
 def curve(losses: list[float], points: int = 40) -> dict:
     """The training loss (nats per target token, on each step's fresh batch) as the means of `points` equal
     stretches of the run, with the step that ends each stretch."""
@@ -280,7 +297,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default=str(ROOT / "runs" / "layouts"))
     parser.add_argument("--result", default=str(ROOT / "results" / "layouts.json"))
     parser.add_argument("--evaluate-only", action="store_true", help="evaluate the finished runs; train nothing")
+    parser.add_argument("--report", action="store_true", help="print the README's tables from --result; run nothing")
     args = parser.parse_args(argv)
+    if args.report:
+        print(report(json.loads(Path(args.result).read_text())))
+        return 0
     tokenizer = default_tokenizer()
     cfgs = configs(tokenizer.vocab_size, args.window, args.shape)
     kept = ("steps", "batch_size", "window", "lr", "seeds", "shape", "eval_windows", "decode_windows", "eval_seed")

@@ -284,3 +284,19 @@ def test_readme_diffusion_tables_come_from_results():
     for claim in (f"{v['difference']:+.4f} bits per byte", f"twice the larger seed spread, {v['bound']:.4f}",
                   f"at most {arms['diffusion']['max_stderr_bits_per_byte']:.4f}", v["verdict"]):
         assert claim in text, claim
+
+
+def test_readme_layouts_tables_come_from_results():
+    r = json.loads((ROOT / "results" / "layouts.json").read_text())
+    assert r["data"].startswith("TinyStories sample") and not r["partial"]
+    section = README.split("**Three layouts on one task**")[1].split("\n**")[0]
+    assert "python benchmarks/layouts_bench.py --report" in section
+    for line in benchmark("layouts_bench").report(r).splitlines():        # every row of both tables
+        assert line in section, line
+    v = r["comparison"]["encdec vs decoder"]
+    text = " ".join(section.split())
+    for claim in (f"is {v['verdict']}: {v['difference']:+.3f} nats per target token, bound {v['bound']:.3f}",
+                  f"seeds {' and '.join(map(str, r['seeds']))}", f"{r['steps']:,} steps of {r['batch_size']} windows"):
+        assert claim in text, claim
+    restored = {f"{arm['mean_spans_restored']:.1%}" for arm in r["arms"].values()}
+    assert restored == {"0.3%"}, "the prose says each arm restores 0.3% of the spans"
