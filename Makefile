@@ -7,12 +7,13 @@ STUDENT ?= student
 
 .PHONY: setup run test lessons bench student clean
 
-# Create .venv and install minwiola with its dev tools; torch is pinned to the CPU build by constraints.txt.
+# Create .venv and install minwiola with its dev tools and the Hugging Face extra; torch is pinned to the CPU
+# build by constraints.txt.
 setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,hf]"
 	touch $@
 
 # The main job: train a small Wiola for a few minutes, then print three stories it writes.

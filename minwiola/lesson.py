@@ -33,7 +33,7 @@ def requirements(extra: str | None = None) -> list[str]:
     return out
 
 
-def check_environment(extras=("dev",)) -> bool:
+def check_environment(extras=("dev", "hf")) -> bool:
     """Print OK/FAIL for every package minwiola needs and the Python the kernel runs; True if all are OK."""
     print(f"Python {platform.python_version()} ({platform.python_implementation()}), "
           f"in a virtual environment: {sys.prefix != sys.base_prefix}")

@@ -518,7 +518,6 @@ class LanguageModel(nn.Module):
         """The model `save_pretrained` wrote, in eval mode (its tokenizer, if saved, is loaded by
         `minwiola.generate.load_model`: the model knows ids, not text). A config.json missing a field, or tensors
         that do not match the config (missing, unexpected, or of another shape), raise ValueError naming them."""
-        from safetensors.torch import load_file
         directory = Path(directory)
         for name in ("config.json", "model.safetensors"):
             if not (directory / name).is_file():
@@ -538,24 +537,33 @@ class LanguageModel(nn.Module):
         except ValueError as e:
             raise ValueError(f"{directory / 'config.json'}: {e}") from None
         model = cls(config)
-        try:
-            saved = load_file(str(directory / "model.safetensors"))
-        except Exception as e:                               # safetensors raises its own error type (truncated,
-            raise ValueError(f"{directory / 'model.safetensors'} cannot be read ({e}): the file is damaged or "
-                             "incomplete") from None      # empty, not a safetensors file)
-        expected = model.state_dict()
-        problems = [f"missing tensor {k!r}" for k in expected if k not in saved]
-        problems += [f"unexpected tensor {k!r}" for k in saved if k not in expected]
-        problems += [f"tensor {k!r} has shape {tuple(saved[k].shape)}, the config needs {tuple(v.shape)}"
-                     for k, v in expected.items() if k in saved and saved[k].shape != v.shape]
-        if problems:
-            raise ValueError(f"checkpoint {directory} does not match its config: " + "; ".join(problems))
-        model.load_state_dict(saved)
+        load_weights(model, directory / "model.safetensors")
         return model.to(device).eval()
 
     def n_params(self) -> int:
         """Parameters, counting the tied embedding/head once."""
         return sum(p.numel() for p in self.parameters())
+
+
+def load_weights(model: nn.Module, path: Path, prefix: str = "") -> None:
+    """Load the safetensors file `path` into `model`, its tensors named as in `model.state_dict()` after `prefix`
+    (a Hugging Face folder stores them under "model.": `minwiola.hf`). Tensors missing, unexpected or of another
+    shape than the config needs raise one ValueError naming them all, before anything is loaded."""
+    from safetensors.torch import load_file
+    try:
+        saved = load_file(str(path))
+    except Exception as e:                               # safetensors raises its own error type (truncated,
+        raise ValueError(f"{path} cannot be read ({e}): the file is damaged or incomplete") from None  # empty, ...)
+    expected = model.state_dict()
+    problems = [f"unexpected tensor {k!r}" for k in saved
+                if not k.startswith(prefix) or k[len(prefix):] not in expected]
+    saved = {k[len(prefix):]: v for k, v in saved.items() if k.startswith(prefix)}
+    problems += [f"missing tensor {prefix + k!r}" for k in expected if k not in saved]
+    problems += [f"tensor {prefix + k!r} has shape {tuple(saved[k].shape)}, the config needs {tuple(v.shape)}"
+                 for k, v in expected.items() if k in saved and saved[k].shape != v.shape]
+    if problems:
+        raise ValueError(f"checkpoint {path.parent} does not match its config: " + "; ".join(problems))
+    model.load_state_dict(saved)
 
 
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:

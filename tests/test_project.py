@@ -18,7 +18,8 @@ README = (ROOT / "README.md").read_text()
 def test_environment_yml_lists_the_same_dependencies_as_pyproject():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
-    declared = PYPROJECT["project"]["dependencies"] + PYPROJECT["project"]["optional-dependencies"]["dev"]
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    declared = PYPROJECT["project"]["dependencies"] + extras["dev"] + extras["hf"]
     assert sorted(r for r in pip if not r.startswith("-e")) == sorted(declared)
     assert "-e ." in pip
     assert any(str(d).startswith("python=3.11") for d in env["dependencies"])
@@ -35,6 +36,7 @@ def test_installed_metadata_matches_pyproject():
     # the environment check of lesson 00 reads these, so they must be what pyproject declares
     assert sorted(requirements()) == sorted(PYPROJECT["project"]["dependencies"])
     assert sorted(requirements("dev")) == sorted(PYPROJECT["project"]["optional-dependencies"]["dev"])
+    assert sorted(requirements("hf")) == sorted(PYPROJECT["project"]["optional-dependencies"]["hf"])
     assert check_environment()
 
 
