@@ -191,6 +191,8 @@ def test_padding_and_bad_loading_options_are_refused(story, story_hf):
         AutoModelForCausalLM.from_pretrained(story_hf, load_in_8bit=True)
     with pytest.raises(FileNotFoundError, match="nothing is downloaded"):
         hf.WiolaForCausalLM.from_pretrained(story_hf / "nowhere")
+    with pytest.raises(ValueError, match="beam search"):                  # refused, never a silent wrong answer
+        wrapper.generate(ids, max_new_tokens=3, num_beams=2, do_sample=False)
 
 
 def test_a_bidirectional_model_has_logits_but_no_generate():

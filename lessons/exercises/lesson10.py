@@ -5,6 +5,7 @@ from exercises import attempted, close
 from minwiola import data
 from minwiola.budget import count_params, kv_cache_bytes, param_breakdown
 from minwiola.model import preset
+from minwiola.tokenizer import default_tokenizer
 
 # From plain to every option: the first config your count gets wrong names the feature you have not handled yet.
 COUNT_CASES = [
@@ -82,4 +83,63 @@ def check_3(chinchilla_epochs) -> None:
     print(f"Exercise 3: correct ({20 * n / tokens:.0f} epochs of {data.describe_source()})")
 
 
-EXERCISES = {1: "count", 2: "mistral_kv_bytes", 3: "chinchilla_epochs"}   # check -> the learner's function
+CONVERSATIONS = [
+    ("one user turn", [{"role": "user", "content": "Tell me a story."}]),
+    ("a user turn, an answer, a user turn", [{"role": "user", "content": "Hi!"},
+                                             {"role": "assistant", "content": "Hello. Once upon a time..."},
+                                             {"role": "user", "content": " two\nlines "}]),
+    ("an empty user turn", [{"role": "user", "content": ""}]),
+]
+
+
+def check_4(render_chat) -> None:
+    """render_chat(messages, add_generation_prompt): the paper's chat format as text, checked against the chat
+    template of minwiola.hf (what apply_chat_template renders) on three conversations, with and without the
+    generation prompt."""
+    if not attempted(render_chat(CONVERSATIONS[0][1], False), 4):
+        return
+    from minwiola.hf import hf_tokenizer
+    tokenizer = hf_tokenizer(default_tokenizer())
+    for what, messages in CONVERSATIONS:
+        for prompt in (False, True):
+            got = render_chat(messages, prompt)
+            want = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=prompt)
+            if got == want:
+                continue
+            hint = ""
+            if not isinstance(got, str):
+                hint = f"return a str, not {type(got).__name__}"
+            elif got.replace(" ", "") == want.replace(" ", ""):
+                hint = "spaces differ: the markers touch the text, and the text is kept exactly as given"
+            elif prompt and got + "<|assistant|>" == want:
+                hint = "add_generation_prompt=True ends the text with <|assistant|>, where the model's answer goes"
+            elif not prompt and got.endswith("<|assistant|>"):
+                hint = "without add_generation_prompt the text ends after the last turn's <|end|>"
+            elif got.count("<|end|>") != want.count("<|end|>"):
+                hint = "every turn, the assistant's too, closes with <|end|>"
+            raise AssertionError(f"{what}, add_generation_prompt={prompt}: got {got!r}, expected {want!r}"
+                                 + (f". {hint}" if hint else ""))
+    print("Exercise 4: correct (the same text as the chat template on every conversation)")
+
+
+def check_5(byte_level) -> None:
+    """byte_level(token): a token's bytes as tokenizer.json writes them (GPT-2's printable stand-ins), checked on
+    every token of the shipped tokenizer against the vocabulary of minwiola.hf's tokenizer."""
+    if not attempted(byte_level(b" a"), 5):
+        return
+    from minwiola.hf import hf_tokenizer
+    written = {i: s for s, i in hf_tokenizer(default_tokenizer()).get_vocab().items()}
+    for i, token in enumerate(default_tokenizer().vocab):
+        got = byte_level(token)
+        if got != written[i]:
+            hint = ""
+            if isinstance(got, str) and got == token.decode("latin-1"):
+                hint = ("that is latin-1, where the 68 unprintable bytes (space, control characters, 127-160, 173) "
+                        "stand for themselves; GPT-2 moves them to U+0100, U+0101, ... in byte order")
+            raise AssertionError(f"token {i}, bytes {token!r}: got {got!r}, expected {written[i]!r}"
+                                 + (f". {hint}" if hint else ""))
+    print(f"Exercise 5: correct on all {len(default_tokenizer().vocab):,} tokens")
+
+
+EXERCISES = {1: "count", 2: "mistral_kv_bytes", 3: "chinchilla_epochs", 4: "render_chat",
+             5: "byte_level"}   # check -> the learner's function

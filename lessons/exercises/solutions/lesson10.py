@@ -45,6 +45,19 @@ def chinchilla_epochs():
     return 20 * count_params(preset("wiola-cs336")) / len(data.tokens("train"))
 
 
+def render_chat(messages, add_generation_prompt=False):
+    text = "".join(f"<|{m['role']}|>{m['content']}<|end|>" for m in messages)
+    return text + ("<|assistant|>" if add_generation_prompt else "")
+
+
+def byte_level(token):
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    others = [b for b in range(256) if b not in printable]          # the 68 bytes that print badly or not at all
+    table = {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(others)}
+    return "".join(table[b] for b in token)
+
+
 def count_always_tied(cfg):
     """A real mistake: the head is taken to be the embedding even when tie_head is False."""
     return count(cfg) - (0 if cfg.tie_head else cfg.vocab_size * cfg.d)
@@ -54,4 +67,9 @@ WRONG = {
     "count": count_always_tied,
     "mistral_kv_bytes": lambda: 32 * 8 * 128 * 8192 * 2,                  # the keys only: forgot the values
     "chinchilla_epochs": lambda: 20 * count_params(preset("wiola-cs336")) / len(data.load_stories("train")),
-}                                                                          # stories, not tokens
+                                                                           # stories, not tokens
+    "render_chat": lambda messages, add_generation_prompt=False:          # only the user's turns close
+        "".join(f"<|{m['role']}|>{m['content']}" + ("<|end|>" if m["role"] == "user" else "") for m in messages)
+        + ("<|assistant|>" if add_generation_prompt else ""),
+    "byte_level": lambda token: token.decode("latin-1"),                 # latin-1: unprintables stay as they are
+}
