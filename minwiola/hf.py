@@ -1,4 +1,4 @@
-"""Hugging Face Transformers integration (Wiola paper section XIV; lesson 10, section 9).
+"""Hugging Face Transformers integration (Wiola paper section XIV; lesson 10, section 10).
 
 The paper registers `model_type = "wiola"` with three Auto classes and defines a chat template. This file does that
 for every minwiola model (any preset, Wiola or not):
@@ -240,9 +240,11 @@ def byte_to_unicode() -> dict[int, str]:
 def hf_merges(tokenizer: Tokenizer) -> list[tuple[bytes, bytes]]:
     """Merges in the Hugging Face sense, (left, right) pairs in priority order, for our ranks.
 
-    Ours is "merge the adjacent pair whose joined bytes form the lowest-rank token"; Hugging Face's BPE is "apply
-    the merge rule of lowest priority". They agree when token r's rules come in rank order and include *every*
-    split of token r into two lower-rank tokens (a split training never made can still meet in encoding)."""
+    Ours is "merge the adjacent pair whose joined bytes form the lowest-rank token"; Hugging Face's BPE is "merge
+    the adjacent pair whose rule comes first". With a rule for *every* split of token r into two lower-rank tokens,
+    ranked as r, the two are the same procedure: the same pairs may merge and the lowest rank goes first. One rule
+    per token is also enough when it is the split our encoder reaches on the token's own bytes (lesson 10 checks
+    that on the stories), but a wrong choice of split silently changes ids; every split needs no such argument."""
     ranks, merges = tokenizer.ranks, []
     for r, token in enumerate(tokenizer.vocab[256:], 256):
         splits = [(ranks[token[:k]], ranks[token[k:]]) for k in range(1, len(token))
@@ -251,10 +253,12 @@ def hf_merges(tokenizer: Tokenizer) -> list[tuple[bytes, bytes]]:
     return merges
 
 
-def hf_tokenizer(tokenizer: Tokenizer, chat: bool = True) -> PreTrainedTokenizerFast:
+def hf_tokenizer(tokenizer: Tokenizer, chat: bool = True, merges: list[tuple[bytes, bytes]] | None = None
+                 ) -> PreTrainedTokenizerFast:
     """Our tokenizer as a `PreTrainedTokenizerFast`: the same four steps (NFC, our pre-tokenising regex, byte-level
     BPE with our ranks, special tokens cut out first) in the `tokenizers` library, so the same text gets the same
     ids. With `chat`, the chat markers are appended as special tokens (ids after ours) with the chat template.
+    `merges` replaces `hf_merges(tokenizer)` (lesson 10 and the tests try other rule lists).
 
     One difference by design: Hugging Face tokenizers always read special-token strings in the text as the special
     token; our `encode` reads them as text unless `allowed_special=True` (equal ids then)."""
@@ -266,7 +270,7 @@ def hf_tokenizer(tokenizer: Tokenizer, chat: bool = True) -> PreTrainedTokenizer
         return "".join(u[x] for x in b)
 
     bpe = models.BPE(vocab={text(b): i for i, b in enumerate(tokenizer.vocab)},
-                     merges=[(text(a), text(b)) for a, b in hf_merges(tokenizer)],
+                     merges=[(text(a), text(b)) for a, b in (hf_merges(tokenizer) if merges is None else merges)],
                      ignore_merges=True)                   # a piece that is itself a token is that token (as ours)
     rust = RustTokenizer(bpe)
     rust.normalizer = normalizers.NFC()

@@ -235,6 +235,9 @@ def test_merges_cover_every_split():
     fast = hf.hf_tokenizer(tok, chat=False)
     for text in ["abc", "abcabc", "aabcc", "bcab"]:
         assert fast.encode(text) == tok.encode(text)
+    # one rule per token with the wrong split for "abc" changes ids silently
+    one_rule = hf.hf_tokenizer(tok, chat=False, merges=[(b"b", b"c"), (b"a", b"b"), (b"ab", b"c")])
+    assert one_rule.encode("aabcc") != tok.encode("aabcc") == [97, 258, 99]
     # a piece that is itself a token is that token, even where merges could not reach it: here "bc" merges first
     # and no rule joins a|bc|d (ignore_merges)
     tok = Tokenizer([bytes([b]) for b in range(256)] + [b"bc", b"ab", b"cd", b"abcd"])

@@ -115,11 +115,16 @@ def check_4(render_chat) -> None:
                 hint = "add_generation_prompt=True ends the text with <|assistant|>, where the model's answer goes"
             elif not prompt and got.endswith("<|assistant|>"):
                 hint = "without add_generation_prompt the text ends after the last turn's <|end|>"
+            elif got.replace("\n", "") == want:
+                hint = "no newlines between turns: each marker follows the previous <|end|> directly"
             elif got.count("<|end|>") != want.count("<|end|>"):
                 hint = "every turn, the assistant's too, closes with <|end|>"
             raise AssertionError(f"{what}, add_generation_prompt={prompt}: got {got!r}, expected {want!r}"
                                  + (f". {hint}" if hint else ""))
     print("Exercise 4: correct (the same text as the chat template on every conversation)")
+
+
+PRINTABLE = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
 
 
 def check_5(byte_level) -> None:
@@ -133,9 +138,14 @@ def check_5(byte_level) -> None:
         got = byte_level(token)
         if got != written[i]:
             hint = ""
-            if isinstance(got, str) and got == token.decode("latin-1"):
-                hint = ("that is latin-1, where the 68 unprintable bytes (space, control characters, 127-160, 173) "
-                        "stand for themselves; GPT-2 moves them to U+0100, U+0101, ... in byte order")
+            if not isinstance(got, str):
+                hint = f"return a str, not {type(got).__name__}"
+            elif got == token.decode("latin-1") or got == token.decode("utf-8", "replace"):
+                hint = ("that is latin-1 (or UTF-8), where the 68 unprintable bytes (space, control characters, "
+                        "127-160, 173) stand for themselves; GPT-2 moves them to U+0100, U+0101, ... in byte order")
+            elif got == "".join(chr(b) if b in PRINTABLE else chr(256 + b) for b in token):
+                hint = ("an unprintable byte takes U+0100 plus its place among the 68 (0 for byte 0, 32 for the "
+                        "space, 33 for byte 127), not U+0100 plus the byte itself")
             raise AssertionError(f"token {i}, bytes {token!r}: got {got!r}, expected {written[i]!r}"
                                  + (f". {hint}" if hint else ""))
     print(f"Exercise 5: correct on all {len(default_tokenizer().vocab):,} tokens")

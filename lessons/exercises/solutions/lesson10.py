@@ -73,3 +73,12 @@ WRONG = {
         + ("<|assistant|>" if add_generation_prompt else ""),
     "byte_level": lambda token: token.decode("latin-1"),                 # latin-1: unprintables stay as they are
 }
+PRINTABLE = {*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+             *range(ord("\u00ae"), ord("\u00ff") + 1)}
+ALSO_WRONG = {
+    "render_chat": [lambda messages, add_generation_prompt=False:          # ChatML's habit: a newline per turn
+                    "\n".join(f"<|{m['role']}|>{m['content']}<|end|>" for m in messages)
+                    + ("\n<|assistant|>" if add_generation_prompt else "")],
+    "byte_level": [lambda token: "".join(chr(b) if b in PRINTABLE else chr(256 + b) for b in token)],
+                                                                           # U+0100 + the byte, not + its place
+}
