@@ -68,8 +68,10 @@ def what_is_built(stem: str) -> str:
 
 
 def builds_on(stem: str) -> list[int]:
-    """The earlier lessons the lesson's prose refers to."""
-    prose = "\n".join(_text(c) for c in _cells(stem) if c["cell_type"] == "markdown")
+    """The earlier lessons the lesson's prose refers to (not its tables: lesson 15's "every model of lessons 03-14"
+    names what a layout covers, not what to read first)."""
+    prose = "\n".join(line for c in _cells(stem) if c["cell_type"] == "markdown"
+                      for line in _text(c).splitlines() if not line.lstrip().startswith("|"))
     found = set()
     for match in REFERS.finditer(prose):
         for a, b in re.findall(r"(\d{1,2})(?:\s*(?:-|–|to)\s*(\d{1,2}))?", match.group(1)):
