@@ -282,9 +282,11 @@ function of that name the notebook defined, each within `--check-timeout` second
 **Flags** mark a submission for a look; they never change a result (the verdicts come from the real checks,
 whatever the notebook did to its own copies): a check cell whose code differs from the lesson's (anything but
 the student's own functions and imports in it; the flag quotes the first difference), an assignment into a
-module, class or function imported from `minwiola` or `exercises` (`moe.balancing_loss = ...`), and a file of
-`exercises/` changed on disk while the notebook ran. A student can still defeat any grader that runs their code
-(for instance by reaching the library by another name); read the flagged notebooks, and spot-check the others.
+module, class or function imported from `minwiola` or `exercises` (`moe.balancing_loss = ...`), a file of
+`exercises/` changed on disk while the notebook ran, and a `.py` file of the installed `minwiola/` changed on disk
+(flagged, not undone: restore it with `git checkout minwiola/` if it was not yours). A student can still defeat any
+grader that runs their code (for instance by patching the library in memory under another name); read the flagged
+notebooks, and spot-check the others.
 """
 
 TAIL = """

@@ -46,6 +46,7 @@ from pathlib import Path
 from minwiola.lesson import package_root
 
 LESSONS = package_root() / "lessons"
+LIBRARY = Path(__file__).resolve().parent   # the minwiola the students' kernels import (an editable install)
 MARKER = ".minwiola-student"           # lists the files the student edition wrote, with their SHA-256
 LEFT_OUT = ("solutions", "runs", "__pycache__", ".ipynb_checkpoints", "execute.py")   # never copied
 RESULTS = ("correct", "wrong", "not attempted", "error", "timeout")
@@ -401,9 +402,12 @@ def _execute(book, scratch: Path, timeout: float, probe, probe_timeout: float) -
         return time.monotonic() - start, timed_out, f"the kernel stopped ({type(e).__name__}: {first})"
 
 
-def grade(path: Path, lessons: Path = LESSONS, timeout: float = 900, check_timeout: int = 60) -> dict:
+def grade(path: Path, lessons: Path = LESSONS, timeout: float = 900, check_timeout: int = 60,
+          library: Path = LIBRARY) -> dict:
     """Execute one submission and return {student, lesson, file, seconds, timed_out, flags, results}: results has
-    one {exercise, function, result, message} per exercise of the lesson."""
+    one {exercise, function, result, message} per exercise of the lesson. A change the notebook made on disk to the
+    checks (the scratch copy of exercises/) or to the library's .py files is flagged, not undone: the library is
+    the instructor's, and which version is right is theirs to say."""
     try:
         import nbclient  # noqa: F401 (used in _execute; imported here to say at once what is missing)
         import nbformat
@@ -423,12 +427,16 @@ def grade(path: Path, lessons: Path = LESSONS, timeout: float = 900, check_timeo
     with tempfile.TemporaryDirectory(prefix="minwiola-grade-") as tmp:
         scratch = Path(tmp) / "lessons"
         student_edition(scratch, lessons)
-        before = _digests(scratch / "exercises")
+        before, library_before = _digests(scratch / "exercises"), _digests(library)
         probe = nbformat.v4.new_code_cell(_probe(lessons / "exercises" / f"lesson{stem[:2]}.py", exercises,
                                                  check_timeout))
         seconds, timed_out, trouble = _execute(book, scratch, timeout, probe, check_timeout * len(exercises) + 60)
         changed = sorted(k for k, v in _digests(scratch / "exercises").items() if before.get(k) != v)
+    library_after = _digests(library)
+    touched = sorted(k for k in library_before.keys() | library_after.keys()
+                     if library_before.get(k) != library_after.get(k))
     report["flags"] += [f"changed exercises/{name} on disk" for name in changed]
+    report["flags"] += [f"changed the library's {library.name}/{name} on disk" for name in touched]
     said = "".join(o.get("text", "") for o in probe.outputs if o.get("output_type") == "stream")
     line = next((ln for ln in said.splitlines() if ln.startswith(VERDICTS)), None)
     if line is not None:

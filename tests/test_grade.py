@@ -150,6 +150,23 @@ def test_a_tampered_check_is_flagged_and_does_not_change_the_verdict(lessons, tm
     assert got["square"][0] == "wrong" and got["halve"][0] == "not attempted" and got["double"][0] == "correct"
 
 
+def test_a_library_file_changed_on_disk_is_flagged(lessons, tmp_path):
+    library = tmp_path / "minwiola"                       # a stand-in: the test never writes into the real library
+    library.mkdir()
+    (library / "model.py").write_text("def forward(x):\n    return x\n")
+    (library / "attention.py").write_text("pass\n")
+    edit = (f"from pathlib import Path\nPath({str(library / 'model.py')!r}).write_text('def forward(x):\\n    return 0\\n')\n"
+            f"Path({str(library / 'extra.py')!r}).write_text('pass')\n")
+    nb = _lesson(SOLVED_1)
+    nb["cells"].append(_cell("code", edit))
+    report = grade.grade(_submit(tmp_path, "fay_01_tiny.ipynb", nb), lessons, library=library)
+    assert [f for f in report["flags"] if "library" in f] == ["changed the library's minwiola/extra.py on disk",
+                                                              "changed the library's minwiola/model.py on disk"]
+    assert _results(report)["square"] == ("correct", "")
+    clean = grade.grade(_submit(tmp_path, "gus_01_tiny.ipynb", _lesson(SOLVED_1)), lessons, library=library)
+    assert clean["flags"] == []
+
+
 def test_the_learners_own_code_in_a_check_cell_is_not_tampering(lessons):
     lesson = json.loads((lessons / "01_tiny.ipynb").read_text())
     own = _lesson(checks_1="import math  # mine\n\n\ndef helper(x):\n    return x\n\n\n" + CHECKS_1)
