@@ -50,11 +50,13 @@ def render_chat(messages, add_generation_prompt=False):
     return text + ("<|assistant|>" if add_generation_prompt else "")
 
 
+PRINTABLE = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+             *range(ord("\u00ae"), ord("\u00ff") + 1)]
+
+
 def byte_level(token):
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
-                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
-    others = [b for b in range(256) if b not in printable]          # the 68 bytes that print badly or not at all
-    table = {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(others)}
+    others = [b for b in range(256) if b not in PRINTABLE]          # the 68 bytes that print badly or not at all
+    table = {b: chr(b) for b in PRINTABLE} | {b: chr(256 + i) for i, b in enumerate(others)}
     return "".join(table[b] for b in token)
 
 
@@ -73,8 +75,8 @@ WRONG = {
         + ("<|assistant|>" if add_generation_prompt else ""),
     "byte_level": lambda token: token.decode("latin-1"),                 # latin-1: unprintables stay as they are
 }
-PRINTABLE = {*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
-             *range(ord("\u00ae"), ord("\u00ff") + 1)}
+
+
 ALSO_WRONG = {
     "render_chat": [lambda messages, add_generation_prompt=False:          # ChatML's habit: a newline per turn
                     "\n".join(f"<|{m['role']}|>{m['content']}<|end|>" for m in messages)
