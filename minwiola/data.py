@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
 import errno
 import gzip
 import hashlib
 import http.client
+import itertools
 import os
 import re
 import shutil
+import signal
 import sys
 import time
 import urllib.error
@@ -151,44 +154,58 @@ def verify(path: Path) -> None:
                                 f"(delete it and fetch it again with: {DOWNLOAD_HINT})")
 
 
-def read_text(path: Path) -> str:
-    """A verified `.txt` or `.txt.gz` file as text."""
-    verify(path)
-    try:
-        if path.name.endswith(".gz"):
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                return f.read()
-        return path.read_text(encoding="utf-8")
-    except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise DataFileError(f"cannot read {path.name}: {e}") from None
-
-
 def split_stories(text: str) -> list[str]:
     """Cut on `<|endoftext|>`, strip each story, drop empty pieces."""
     return [s.strip() for s in text.split(EOT) if s.strip()]
 
 
-def load_stories(split: str, source: str = "auto") -> list[str]:
-    """The stories of `split` ("train" or "valid") as a list of str.
-
-    source: "tinystories" (error if absent), "builtin" (the generated stories), or "auto" (TinyStories if
-    found, else the built-in stories with a warning that gives the download command).
-    """
+def _source_folder(split: str, source: str, limit) -> Path | None:
+    """The data folder `source` names for `split` (None: the built-in stories, with a warning for "auto")."""
     _check_split(split)
     if source not in ("auto", "tinystories", "builtin"):
         raise ValueError(f"source must be one of ('auto', 'tinystories', 'builtin'), got {source!r}")
+    if limit is not None and not (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0):
+        raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
     folder = find_data_dir() if source != "builtin" else None
     if folder is None and source == "tinystories":
         raise DataFileError(f"TinyStories not found (set MINWIOLA_DATA or run: {DOWNLOAD_HINT})")
+    if folder is None and source == "auto":
+        warnings.warn(f"TinyStories not found: using the built-in generated stories instead. "
+                      f"Fetch the real data with: {DOWNLOAD_HINT}", stacklevel=3)
+    return folder
+
+
+def load_stories(split: str, source: str = "auto", limit: int | None = None) -> list[str]:
+    """The stories of `split` ("train" or "valid") as a list of str: all of them, or the first `limit`.
+
+    source: "tinystories" (error if absent), "builtin" (the generated stories), or "auto" (TinyStories if
+    found, else the built-in stories with a warning that gives the download command). The whole train split of
+    TinyStories is 2.1 M stories (about 2 GB as str): for a look at it, pass a `limit` or use `iter_stories`.
+    """
+    folder = _source_folder(split, source, limit)
     if folder is None:
-        if source == "auto":
-            warnings.warn(f"TinyStories not found: using the built-in generated stories instead. "
-                          f"Fetch the real data with: {DOWNLOAD_HINT}", stacklevel=2)
-        return builtin_stories(split)
-    stories: list[str] = []
-    for path in split_files(split, folder):
-        stories += split_stories(read_text(path))
-    return stories
+        return builtin_stories(split)[:limit]
+    return list(_stories_in(split_files(split, folder), limit))
+
+
+def iter_stories(split: str, source: str = "auto", limit: int | None = None):
+    """The stories of `split` one at a time, read block by block: memory stays a few MB whatever the split's size.
+    The same stories, in the same order, as `load_stories` (and its checks happen at the call, not at the first
+    story)."""
+    folder = _source_folder(split, source, limit)
+    if folder is None:
+        return iter(builtin_stories(split)[:limit])
+    return _stories_in(split_files(split, folder), limit)
+
+
+def _stories_in(paths: list[Path], limit: int | None):
+    count = 0
+    for name, block in _text_blocks(paths) if limit != 0 else ():
+        for story in split_stories(_decode(name, block)):
+            yield story
+            count += 1
+            if count == limit:
+                return
 
 
 def describe_source() -> str:
@@ -220,8 +237,58 @@ def source_record() -> dict:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Tokenise once, cache as uint16
+# Tokenise once, cache as uint16: a streaming pass in bounded memory
 # ----------------------------------------------------------------------------------------------------
+#
+# The train split of TinyStories is 1.9 GB of text, about 477 M tokens. Held as Python objects that is tens of GB,
+# so nothing here ever holds a whole split: the files are read in blocks of CHUNK_BYTES that end right after a
+# separator, each block is tokenised on its own (by a pool of worker processes when there are many), and its ids
+# are appended to the cache file on disk as uint16. Memory is then a few blocks per worker, whatever the corpus.
+
+CHUNK_BYTES = 4 << 20           # one block of text: ~1 M tokens, ~40 MB of Python ints while a worker encodes it
+EOT_BYTES = EOT.encode()
+NPY_HEADER = 128                # bytes reserved for the .npy header, written last (it holds the final length)
+
+
+def _open_binary(path: Path):
+    """(the file as a binary stream of its text, the raw file underneath, whose position counts progress)."""
+    raw = open(path, "rb")
+    return (gzip.GzipFile(fileobj=raw, mode="rb") if path.name.endswith(".gz") else raw), raw
+
+
+def _text_blocks(paths: list[Path], on_read=None):
+    """Each file's text as blocks of about CHUNK_BYTES, each cut right after a `<|endoftext|>` (so no story and
+    no UTF-8 character is ever split; a block never spans two files). `on_read(n)` hears the raw bytes read."""
+    for path in paths:
+        verify(path)
+        stream, raw = _open_binary(path)
+        with raw, stream:
+            rest, seen = b"", 0
+            try:
+                while block := stream.read(CHUNK_BYTES):
+                    if on_read is not None:
+                        on_read(raw.tell() - seen)
+                        seen = raw.tell()
+                    block = rest + block
+                    cut = block.rfind(EOT_BYTES)
+                    if cut < 0:                               # no separator yet: one long story, keep reading
+                        rest = block
+                        continue
+                    cut += len(EOT_BYTES)
+                    yield path.name, block[:cut]
+                    rest = block[cut:]
+            except (OSError, EOFError) as e:
+                raise DataFileError(f"cannot read {path.name}: {e}") from None
+            if rest.strip():
+                yield path.name, rest
+
+
+def _decode(name: str, block: bytes) -> str:
+    try:
+        return block.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataFileError(f"cannot read {name}: {e}") from None
+
 
 def cache_dir() -> Path:
     """Where token arrays are cached: `MINWIOLA_CACHE` if set, else `data/cache/` in this repository."""
@@ -229,50 +296,207 @@ def cache_dir() -> Path:
 
 
 def _source_key(split: str, source: str) -> str:
+    """What the cache's name stands for: each file's name, size and sha256 (the recorded one when the downloader
+    left it, else computed). Not the modification time: a copied or re-downloaded file is still the same text."""
     folder = find_data_dir() if source != "builtin" else None
     if folder is None:
         return f"builtin-{split}"
-    parts = [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in split_files(split, folder)]
-    return "|".join(parts)
+    return "|".join(f"{p.name}:{p.stat().st_size}:{expected_sha256(p) or sha256_file(p)}"
+                    for p in split_files(split, folder))
 
 
-def tokens(split: str, tokenizer=None, source: str = "auto", progress: bool = False) -> np.ndarray:
+def cache_path(split: str, tokenizer, source: str = "auto") -> Path:
+    """The cache file for `split` read by `tokenizer`: named by the data files and the tokenizer's hash, so another
+    tokenizer or changed data never reuses a stale cache."""
+    key = f"{_source_key(split, source)}|{tokenizer.hash()}"
+    return cache_dir() / f"{split}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.npy"
+
+
+def tokens(split: str, tokenizer=None, source: str = "auto", progress: bool = False,
+           workers: int | None = None) -> np.ndarray:
     """All stories of `split` as one uint16 array of token ids, each story followed by `<|endoftext|>`.
 
-    Computed once and cached under `cache_dir()`, in a file named by the split, the data files and the
-    tokenizer's hash, so a different tokenizer or a changed file never reuses a stale cache.
+    Read by memory map from the cache (`cache_path`); the first call builds it by one streaming pass
+    (`build_cache`): `workers` processes (default: this machine's cores), memory bounded by a few blocks per
+    worker, a progress bar with an ETA when `progress`, and resumable: an interrupted pass keeps what it finished.
     """
     tokenizer = tokenizer if tokenizer is not None else default_tokenizer()
     if tokenizer.vocab_size > 2**16:
         raise ValueError(f"uint16 token files need vocab_size <= 65536, got {tokenizer.vocab_size}")
-    key = hashlib.sha256(f"{_source_key(split, source)}|{tokenizer.hash()}".encode()).hexdigest()[:20]
-    path = cache_dir() / f"{split}-{key}.npy"
-    if path.is_file():
-        try:
-            return np.load(path, mmap_mode="r")
-        except (OSError, ValueError, EOFError):           # a cache file cut short: it is ours, so make it again
-            warnings.warn(f"the token cache {path} is damaged; tokenising {split} again", stacklevel=2)
-            path.unlink()
-    stories = load_stories(split, source)
-    ids: list[int] = []
-    chunk = 4096
-    for start in _progress(range(0, len(stories), chunk), progress, f"tokenising {split}"):
-        for story in tokenizer.encode_batch(stories[start:start + chunk]):
-            ids += story
-            ids.append(tokenizer.eot_id)
-    array = np.asarray(ids, dtype=np.uint16)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npy")
-    np.save(tmp, array)
-    tmp.replace(path)  # atomic: a half-written cache is never read
-    return np.load(path, mmap_mode="r")
+    path = cache_path(split, tokenizer, source)
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _build_lock(path):                       # two trainers (or DDP ranks) starting at once: one builds
+            if not path.is_file():
+                build_cache(path, split, tokenizer, source, progress, workers)
+    try:
+        return np.load(path, mmap_mode="r")
+    except (OSError, ValueError, EOFError):           # a cache file cut short after it was written: ours, so redo it
+        warnings.warn(f"the token cache {path} is damaged; tokenising {split} again", stacklevel=2)
+        path.unlink()
+        return tokens(split, tokenizer, source, progress, workers)
 
 
-def _progress(iterable, show: bool, desc: str):
-    if not show:
-        return iterable
+def build_cache(path: Path, split: str, tokenizer, source: str, progress: bool, workers: int | None) -> None:
+    """Tokenise `split` into `path` (a .npy file of uint16 ids) without ever holding the split in memory.
+
+    Ids go to `path.partial` block by block, and after each block `path.progress` records how many blocks and ids
+    are safely there; a pass that is killed resumes from that record. The .npy header, which holds the length, is
+    written last, and only a complete file is renamed to `path`: a half-written cache is never read as a cache.
+    """
+    if source == "builtin" or (source == "auto" and find_data_dir() is None):
+        stories = load_stories(split, source)
+        blocks = [("built-in", "".join(s + "\n" + EOT + "\n" for s in stories).encode())]
+        paths, total = [], None
+    else:
+        paths = split_files(split, find_data_dir())
+        total = sum(p.stat().st_size for p in paths)
+        blocks = None
+    partial, record = path.with_name(path.name + ".partial"), path.with_name(path.name + ".progress")
+    done, count = _resume_point(partial, record)
+    workers = max(1, workers if workers is not None else _cores())
+    bar = _progress_bar(progress, total, f"tokenising {split}", path)
+    try:
+        read = blocks if blocks is not None else _text_blocks(paths, on_read=bar.update)
+        with open(partial, "r+b" if done else "wb") as out:
+            out.truncate(NPY_HEADER + 2 * count)          # drop anything written after the last record
+            out.seek(NPY_HEADER + 2 * count)
+            for index, ids in _encoded_blocks(read, tokenizer, workers, skip=done):
+                out.write(ids.tobytes())
+                out.flush()
+                count += len(ids)
+                _write_record(record, index + 1, count)
+            out.seek(0)                                   # numpy pads this header to 128 bytes for any length
+            np.lib.format.write_array_header_1_0(out, {"descr": "<u2", "fortran_order": False, "shape": (count,)})
+            assert out.tell() == NPY_HEADER
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as e:
+        full = e.errno == errno.ENOSPC
+        raise DataFileError(f"cannot write the token cache {partial} ({'the disk is full' if full else e}); free "
+                            f"some space or set MINWIOLA_CACHE to another folder, then run again: finished blocks "
+                            f"are kept") from None
+    finally:
+        bar.close()
+    partial.replace(path)                                 # atomic: the cache appears whole or not at all
+    record.unlink(missing_ok=True)
+
+
+def _resume_point(partial: Path, record: Path) -> tuple[int, int]:
+    """(blocks done, ids written) of an interrupted pass, or (0, 0). A record that does not match its file (the
+    file shorter than the record says, unreadable, or made with another block size) starts over."""
+    try:
+        done, count, block = (int(v) for v in record.read_text().split())
+        if block == CHUNK_BYTES and done >= 0 and count >= 0 and partial.stat().st_size >= NPY_HEADER + 2 * count:
+            return done, count
+    except (OSError, ValueError):
+        pass
+    return 0, 0
+
+
+def _write_record(record: Path, done: int, count: int) -> None:
+    tmp = record.with_name(record.name + ".tmp")
+    tmp.write_text(f"{done} {count} {CHUNK_BYTES}\n")
+    tmp.replace(record)
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))               # the cores this process may use (a container's share)
+    except AttributeError:                                 # macOS and Windows
+        return os.cpu_count() or 1
+
+
+def _encoded_blocks(blocks, tokenizer, workers: int, skip: int = 0):
+    """(index, uint16 ids) for each block after the first `skip`, in order. With workers > 1 a process pool encodes
+    them, at most 2 blocks per worker in flight, so memory does not grow with the split."""
+    todo = ((i, name, block) for i, (name, block) in enumerate(blocks) if i >= skip)
+    first = next(todo, None)
+    second = next(todo, None)
+    if first is None:
+        return
+    if workers == 1 or second is None:                   # one block (a small split): no processes to start
+        for i, name, block in filter(None, (first, second)):
+            yield i, _encode_block(name, block, tokenizer)
+        for i, name, block in todo:
+            yield i, _encode_block(name, block, tokenizer)
+        return
+    import concurrent.futures
+    import multiprocessing
+    context = multiprocessing.get_context("spawn")       # fork is unsafe with torch's threads (and not on Windows)
+    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
+                                                  initargs=(tokenizer.dumps(),))
+    try:
+        pending = []
+        for i, name, block in itertools.chain([first, second], todo):
+            pending.append((i, pool.submit(_encode_in_worker, name, block)))
+            if len(pending) >= 2 * workers:
+                j, future = pending.pop(0)
+                yield j, future.result()
+        for j, future in pending:
+            yield j, future.result()
+    finally:                                              # also on Ctrl-C or an error: drop the blocks not started
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _encode_block(name: str, block: bytes, tokenizer) -> np.ndarray:
+    """One block's stories as uint16 ids, `<|endoftext|>` after each (what `tokens` promises, story by story)."""
+    stories = split_stories(_decode(name, block))
+    eot = [tokenizer.eot_id]
+    return np.array([i for ids in tokenizer.encode_batch(stories) for i in ids + eot], dtype=np.uint16)
+
+
+_WORKER_TOKENIZER = None
+
+
+def _start_worker(text: str) -> None:
+    global _WORKER_TOKENIZER
+    signal.signal(signal.SIGINT, signal.SIG_IGN)          # Ctrl-C is the main process's to handle, not each worker's
+    _WORKER_TOKENIZER = Tokenizer.loads(text)
+
+
+def _encode_in_worker(name: str, block: bytes) -> np.ndarray:
+    return _encode_block(name, block, _WORKER_TOKENIZER)
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path):
+    """Hold the operating system's lock on the cache folder's `tokenising.lock` while building: a second process
+    waits, then reads the finished cache. The system drops the lock when its holder dies, however it dies."""
+    with open(path.parent / "tokenising.lock", "a+") as f:
+        lock_file(f, wait=True)
+        yield
+
+
+try:
+    import fcntl
+
+    def lock_file(f, wait: bool) -> None:
+        """Lock the open file `f` for this process (OSError if it is held and not `wait`)."""
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+except ImportError:                                        # Windows
+    import msvcrt
+
+    def lock_file(f, wait: bool) -> None:
+        """Lock the open file `f` for this process (OSError if it is held and not `wait`)."""
+        f.seek(0)
+        while True:
+            try:
+                msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)
+                return
+            except OSError:
+                if not wait:
+                    raise
+                time.sleep(0.5)
+
+
+def _progress_bar(show: bool, total: int | None, desc: str, path: Path):
+    """A bar over the bytes of the data files (so its ETA is real), or one that shows nothing."""
     from tqdm.auto import tqdm
-    return tqdm(iterable, desc=desc)
+    if show:
+        size = f" ({total / 1e9:.2f} GB)" if total and total >= 1e9 else f" ({total / 1e6:.1f} MB)" if total else ""
+        print(f"{desc}{size} once into {path.parent} (the next runs read it from there)", file=sys.stderr)
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, disable=not show)
 
 
 def get_batch(data: np.ndarray, batch_size: int, block_size: int, generator: torch.Generator,
@@ -675,6 +899,12 @@ def main(argv: list[str] | None = None) -> int:
     tk.add_argument("--vocab-size", type=int, default=4096)
     tk.add_argument("--out", type=Path, default=Path("runs/tokenizer.bpe"), help="where to save it (a new file)")
     tk.add_argument("--overwrite", action="store_true", help="replace --out if it is a tokenizer file already")
+    tk.add_argument("--max-mb", type=_megabytes, default=100.0,
+                    help="train on at most about this many MB of stories, drawn at random (default: 100)")
+    tk.add_argument("--seed", type=int, default=0, help="which random part (default: 0)")
+    to = sub.add_parser("tokenize", help="tokenise the splits once into the token cache the trainer reads")
+    to.add_argument("--split", choices=[*SPLITS, "all"], default="all")
+    to.add_argument("--workers", type=_workers, default=None, help="processes (default: this machine's cores)")
     args = parser.parse_args(argv)
     if args.command == "download" and args.sha256 and args.split == "all":
         parser.error("--sha256 needs a single --split")
@@ -682,7 +912,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "info":
             _info()
         elif args.command == "tokenizer":
-            _train_tokenizer(args.vocab_size, args.out, args.overwrite)
+            _train_tokenizer(args.vocab_size, args.out, args.overwrite, args.max_mb, args.seed)
+        elif args.command == "tokenize":
+            _tokenize(SPLITS if args.split == "all" else (args.split,), args.workers)
         else:
             for s in SPLITS if args.split == "all" else (args.split,):
                 download(s, args.dest, args.base_url, args.sha256, progress=not args.quiet,
@@ -691,14 +923,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("error: interrupted; run the same command again to resume the download", file=sys.stderr)
+        again = "; run the same command again to resume" if args.command in ("download", "tokenize") else ""
+        print(f"error: interrupted{again}", file=sys.stderr)
         return 130
     return 0
 
 
-def _train_tokenizer(vocab_size: int, out: Path, overwrite: bool) -> None:
-    """Train a tokenizer on the training stories, print what it learned, save it to `out` (never over a file
-    that is not a tokenizer, and over one only with `overwrite`)."""
+def tokenizer_text(max_bytes: int, seed: int = 0) -> tuple[str, str]:
+    """The training stories a tokenizer learns from, joined by `<|endoftext|>`, and a sentence saying what they are.
+
+    All of them when the train split holds at most `max_bytes` of text (the sample: its 2.1 MB, which is how the
+    shipped tokenizer was made); else a seeded random part of about `max_bytes`: each story kept with probability
+    max_bytes / the split's bytes. BPE learns its merges from frequent pairs, which a part of 100 MB already shows;
+    the whole 1.9 GB would cost ~10 GB of memory and minutes of one core for nearly the same vocabulary.
+    """
+    folder = find_data_dir()
+    paths = split_files("train", folder) if folder is not None else []
+    total = sum(len(block) for _, block in _text_blocks(paths))  # one read, nothing decoded or kept
+    if total <= max_bytes:
+        stories = load_stories("train")
+        return EOT.join(stories), f"all {len(stories):,} training stories"
+    keep = max_bytes / total
+    draws = np.random.default_rng(seed)
+    stories = [s for s in iter_stories("train") if draws.random() < keep]
+    return EOT.join(stories), (f"{len(stories):,} training stories drawn at random (each with probability "
+                               f"{keep:.4f}, seed {seed}) from the split's {total / 1e6:,.0f} MB")
+
+
+def _train_tokenizer(vocab_size: int, out: Path, overwrite: bool, max_mb: float, seed: int) -> None:
+    """Train a tokenizer on (a bounded part of) the training stories, print what it learned, save it to `out` (never
+    over a file that is not a tokenizer, and over one only with `overwrite`)."""
     if out.exists():
         try:
             Tokenizer.load(out)
@@ -707,20 +961,31 @@ def _train_tokenizer(vocab_size: int, out: Path, overwrite: bool) -> None:
                 from None
         if not overwrite:
             raise DataFileError(f"{out} exists; pass --overwrite to replace it, or choose another --out")
-    train, valid = load_stories("train"), load_stories("valid")
-    print(f"data: {describe_source()}: {len(train):,} training stories, "
-          f"{sum(len(s.encode()) for s in train) / 1e6:.2f} MB")
+    text, what = tokenizer_text(int(max_mb * 1e6), seed)
+    print(f"data: {describe_source()}: {what}, {len(text.encode()) / 1e6:.2f} MB")
     start = time.perf_counter()
-    tok = Tokenizer.train(EOT.join(train), vocab_size)
+    tok = Tokenizer.train(text, vocab_size)
+    del text
     print(f"trained {tok} in {time.perf_counter() - start:.1f} s")
     print("first 10 merges:", [tok.decode([i]) for i in range(256, 266)])
     longest = sorted(tok.vocab[256:], key=len, reverse=True)[:10]
     print("longest tokens: ", [b.decode("utf-8", errors="replace") for b in longest])
-    print(f"held-out compression: {bytes_per_token(tok, valid):.2f} bytes/token (bytes alone: 1.00)")
+    valid = load_stories("valid", limit=5000)
+    print(f"held-out compression: {bytes_per_token(tok, valid):.2f} bytes/token on {len(valid):,} held-out stories "
+          f"(bytes alone: 1.00)")
     print("a sentence:", show_tokens(tok, "Once upon a time, Lily found a shiny red ball in the garden."))
     out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(out)
     print(f"saved to {out}")
+
+
+def _tokenize(splits: tuple[str, ...], workers: int | None) -> None:
+    """Build the token caches the trainer reads (it builds them itself on first use; this does it ahead)."""
+    tokenizer = default_tokenizer()
+    for split in splits:
+        start = time.perf_counter()
+        ids = tokens(split, tokenizer, progress=True, workers=workers)
+        print(f"{split}: {len(ids):,} tokens in {cache_path(split, tokenizer)} ({time.perf_counter() - start:.1f} s)")
 
 
 def _seconds(text: str) -> float:
@@ -732,6 +997,24 @@ def _seconds(text: str) -> float:
     if not 0 < value <= 1e6:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, 1000000]")
     return value
+
+
+def _megabytes(text: str) -> float:
+    """An argparse type: a number of megabytes above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < 1e9:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of megabytes above 0")
+    return value
+
+
+def _workers(text: str) -> int:
+    """An argparse type: a number of processes, at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
+    return int(text)
 
 
 def _info() -> None:

@@ -187,3 +187,139 @@ def test_one_split_of_the_sample_is_not_called_the_sample(env, monkeypatch, caps
     assert data.describe_source().startswith("TinyStories sample (")
     write_split(folder, "train-001.txt.gz", ["a story"], gz=True)      # more than the sample: named by its files
     assert data.describe_source() == "TinyStories (train-000.txt.gz, train-001.txt.gz, valid.txt.gz)"
+
+
+# ------------------------------------------------------------------------------ the streaming cache (issue 30)
+def story_by_story(stories, tok) -> list[int]:
+    """What `tokens` promises: each story's ids, then <|endoftext|>."""
+    return [i for story in stories for i in tok.encode(story) + [tok.eot_id]]
+
+
+@pytest.fixture
+def many(env, monkeypatch):
+    """A split of 1,200 generated stories (~300 KB) read in blocks of 4 KB, so a pass has ~80 blocks."""
+    stories = corpus.builtin_stories("train", 1200)
+    monkeypatch.setattr(data, "CHUNK_BYTES", 4096)
+    monkeypatch.setenv("MINWIOLA_DATA", str(env / "d"))
+    return stories
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_the_streaming_pass_gives_the_ids_of_each_story_with_workers(many, env, gz):
+    write_split(env / "d", "train.txt.gz" if gz else "train.txt", many, gz=gz)
+    tok = default_tokenizer()
+    ids = data.tokens("train", tok, workers=2)                       # a pool of 2 processes over ~80 blocks
+    assert ids.dtype == np.uint16 and ids.tolist() == story_by_story(many, tok)
+    assert list(data.iter_stories("train")) == many == data.load_stories("train")
+    assert data.load_stories("train", limit=7) == many[:7] == list(data.iter_stories("train", limit=7))
+    assert {p.name for p in (env / "cache").iterdir()} == {data.cache_path("train", tok).name,
+                                                           "tokenising.lock"}   # no .partial or .progress left
+
+
+def test_an_interrupted_pass_resumes_where_it_stopped(many, env, monkeypatch):
+    write_split(env / "d", "train.txt", many)
+    tok, encoded = default_tokenizer(), []
+    real = data._encode_block
+
+    def dies_after_30(name, block, tokenizer):
+        if len(encoded) == 30:
+            raise KeyboardInterrupt                                  # as if killed in the middle of the pass
+        encoded.append(block)
+        return real(name, block, tokenizer)
+    monkeypatch.setattr(data, "_encode_block", dies_after_30)
+    with pytest.raises(KeyboardInterrupt):
+        data.tokens("train", tok, workers=1)
+    path = data.cache_path("train", tok)
+    assert not path.exists()                                         # no half-written cache under the cache's name
+    assert path.with_name(path.name + ".progress").read_text().split()[0] == "30"
+    with open(path.with_name(path.name + ".partial"), "ab") as f:
+        f.write(b"\x07" * (1 << 20))                                 # bytes written after the last record: dropped
+    monkeypatch.setattr(data, "_encode_block", real)
+    again = []
+    monkeypatch.setattr(data, "_encode_block", lambda n, b, t: again.append(b) or real(n, b, t))
+    ids = data.tokens("train", tok, workers=1)
+    assert ids.tolist() == story_by_story(many, tok) and path.stat().st_size == data.NPY_HEADER + 2 * len(ids)
+    assert len(again) == sum(1 for _ in data._text_blocks([env / "d" / "train.txt"])) - 30   # the rest only
+    assert not path.with_name(path.name + ".progress").exists()
+
+
+def test_a_record_from_another_block_size_starts_over(many, env, monkeypatch):
+    write_split(env / "d", "train.txt", many)
+    tok = default_tokenizer()
+    path = data.cache_path("train", tok)
+    path.parent.mkdir(parents=True)
+    path.with_name(path.name + ".partial").write_bytes(b"\0" * 1000)
+    path.with_name(path.name + ".progress").write_text("3 400 999\n")   # made with blocks of 999 bytes
+    assert data.tokens("train", tok, workers=1).tolist() == story_by_story(many, tok)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_memory_stays_bounded_by_the_block_not_the_split(env, monkeypatch, workers):
+    """This process's Python memory while it reads or tokenises a split (with workers, the pool's own processes
+    each hold a block or two: see benchmarks/scale_bench.py for the whole process tree at full size)."""
+    import tracemalloc
+    stories = corpus.builtin_stories("train", 20000)                 # ~6 MB of text, ~1.4 M ids
+    write_split(env / "d", "train.txt", stories)
+    monkeypatch.setenv("MINWIOLA_DATA", str(env / "d"))
+    monkeypatch.setattr(data, "CHUNK_BYTES", 32 << 10)
+    text_bytes = (env / "d" / "train.txt").stat().st_size
+    default_tokenizer().fast.encode_ordinary("warm up")              # the tokenizer's own tables are not the pass's
+    tracemalloc.start()
+    n = len(data.tokens("train", workers=workers))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.reset_peak()
+    assert sum(1 for _ in data.iter_stories("train")) == len(stories)
+    peak_iter = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    # Python ints for every id would take ~36 bytes each (~50 MB); the text alone is ~6 MB. What is left is constant:
+    # 2 MB of checksum reads (sha256 in 1 MB pieces) and a few blocks.
+    bound = (2 << 20) + 16 * data.CHUNK_BYTES
+    assert n > 1_000_000 and peak < bound < text_bytes / 2, (peak, bound, text_bytes)
+    assert peak_iter < bound, peak_iter
+
+
+def test_a_copied_or_touched_file_keeps_its_cache(env, monkeypatch):
+    folder = env / "d"
+    path = write_split(folder, "valid.txt", ["Once upon a time.", "The end."])
+    monkeypatch.setenv("MINWIOLA_DATA", str(folder))
+    tok = default_tokenizer()
+    first = data.cache_path("valid", tok)
+    data.tokens("valid", tok)
+    import os
+    os.utime(path, (1, 1))                                           # a copy without -p, a re-download: new times
+    assert data.cache_path("valid", tok) == first
+    (folder / "valid.txt.sha256").write_text(f"{data.sha256_file(path)}  valid.txt\n")   # as the downloader leaves it
+    assert data.cache_path("valid", tok) == first                    # the recorded checksum is the same text
+
+
+def test_a_killed_tokenize_command_resumes(env, tmp_path):
+    """A real kill -9 of `python -m minwiola.data tokenize` in the middle of its pass, then the same command."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    stories = corpus.builtin_stories("train", 3000)
+    write_split(env / "d", "train.txt", stories)
+    env_vars = {**os.environ, "MINWIOLA_DATA": str(env / "d"), "MINWIOLA_CACHE": str(env / "cache")}
+    slow = ("import sys, time, minwiola.data as d; d.CHUNK_BYTES = 8192; real = d._encode_block; "
+            "d._encode_block = lambda *a: (time.sleep(0.05), real(*a))[1]; sys.exit(d.main(sys.argv[1:]))")
+    cmd = [sys.executable, "-c", slow, "tokenize", "--split", "train", "--workers", "1"]
+    proc = subprocess.Popen(cmd, env=env_vars, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tok = default_tokenizer()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = list((env / "cache").glob("train-*.npy.progress")) if (env / "cache").is_dir() else []
+        if found and int(found[0].read_text().split()[0]) >= 5:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert found and not list((env / "cache").glob("train-*.npy"))   # killed: no cache, only the partial pass
+    done = int(found[0].read_text().split()[0])
+    total = -(-(env / "d" / "train.txt").stat().st_size // 8192)
+    assert 5 <= done < total
+    finish = subprocess.run(cmd, env=env_vars, capture_output=True, text=True, timeout=120)
+    assert finish.returncode == 0, finish.stderr
+    cached = list((env / "cache").glob("train-*.npy"))
+    assert len(cached) == 1 and np.load(cached[0]).tolist() == story_by_story(stories, tok)
