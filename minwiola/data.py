@@ -441,9 +441,9 @@ def _encoded_blocks(blocks, tokenizer, workers: int, skip: int = 0):
 
 def _encode_block(name: str, block: bytes, tokenizer) -> np.ndarray:
     """One block's stories as uint16 ids, `<|endoftext|>` after each (what `tokens` promises, story by story)."""
-    stories = split_stories(_decode(name, block))
-    eot = [tokenizer.eot_id]
-    return np.array([i for ids in tokenizer.encode_batch(stories) for i in ids + eot], dtype=np.uint16)
+    eot = [tokenizer.eot_id]                              # one story at a time: tiktoken's batch threads only
+    stories = split_stories(_decode(name, block))         # fight the other workers for the cores (measured 1.8x)
+    return np.array([i for story in stories for i in tokenizer.encode(story) + eot], dtype=np.uint16)
 
 
 _WORKER_TOKENIZER = None
