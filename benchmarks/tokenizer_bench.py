@@ -17,7 +17,7 @@ from pathlib import Path
 import tiktoken
 import torch
 
-from minwiola.data import EOT, describe_source, load_stories
+from minwiola.data import describe_source, load_stories, tokenizer_text
 from minwiola.tokenizer import Tokenizer, bytes_per_token, default_tokenizer
 
 from common import ROOT, hardware  # benchmarks/common.py
@@ -39,8 +39,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "tokenizer_bench.json")
     args = parser.parse_args()
 
-    train_text = EOT.join(load_stories("train"))
-    valid_stories = load_stories("valid")
+    train_text, _ = tokenizer_text()                 # what `python -m minwiola.data tokenizer` trains on
+    valid_stories = load_stories("valid", limit=5000)
     valid_text = "\n".join(valid_stories)
     tok = default_tokenizer()
     mb = len(valid_text.encode()) / 1e6

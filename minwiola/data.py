@@ -899,8 +899,8 @@ def main(argv: list[str] | None = None) -> int:
     tk.add_argument("--vocab-size", type=int, default=4096)
     tk.add_argument("--out", type=Path, default=Path("runs/tokenizer.bpe"), help="where to save it (a new file)")
     tk.add_argument("--overwrite", action="store_true", help="replace --out if it is a tokenizer file already")
-    tk.add_argument("--max-mb", type=_megabytes, default=100.0,
-                    help="train on at most about this many MB of stories, drawn at random (default: 100)")
+    tk.add_argument("--max-mb", type=_megabytes, default=TOKENIZER_MB,
+                    help=f"train on at most about this many MB of stories, drawn at random (default: {TOKENIZER_MB:g})")
     tk.add_argument("--seed", type=int, default=0, help="which random part (default: 0)")
     to = sub.add_parser("tokenize", help="tokenise the splits once into the token cache the trainer reads")
     to.add_argument("--split", choices=[*SPLITS, "all"], default="all")
@@ -929,7 +929,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def tokenizer_text(max_bytes: int, seed: int = 0) -> tuple[str, str]:
+TOKENIZER_MB = 100.0            # what the tokenizer job trains on at most: ~30 s and ~0.7 GB on the full split
+
+
+def tokenizer_text(max_bytes: int = int(TOKENIZER_MB * 1e6), seed: int = 0) -> tuple[str, str]:
     """The training stories a tokenizer learns from, joined by `<|endoftext|>`, and a sentence saying what they are.
 
     All of them when the train split holds at most `max_bytes` of text (the sample: its 2.1 MB, which is how the

@@ -323,3 +323,17 @@ def test_a_killed_tokenize_command_resumes(env, tmp_path):
     assert finish.returncode == 0, finish.stderr
     cached = list((env / "cache").glob("train-*.npy"))
     assert len(cached) == 1 and np.load(cached[0]).tolist() == story_by_story(stories, tok)
+
+
+def test_the_tokenizer_learns_from_a_seeded_part_of_a_large_split(env, monkeypatch):
+    stories = corpus.builtin_stories("train", 2000)
+    write_split(env / "d", "train.txt", stories)
+    monkeypatch.setenv("MINWIOLA_DATA", str(env / "d"))
+    whole, what = data.tokenizer_text(10**9)
+    assert whole == data.EOT.join(stories) and what == "all 2,000 training stories"
+    part, what = data.tokenizer_text(100_000, seed=1)
+    assert part == data.tokenizer_text(100_000, seed=1)[0] != data.tokenizer_text(100_000, seed=2)[0]
+    kept = part.split(data.EOT)
+    assert set(kept) <= set(stories) and kept != stories[:len(kept)]          # drawn, not the first ones
+    assert 0.7 * 100_000 < len(part.encode()) < 1.3 * 100_000, len(part.encode())
+    assert "seed 1" in what and f"{len(kept):,} training stories" in what
