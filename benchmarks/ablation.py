@@ -83,17 +83,22 @@ def train(name: str, parts: list[str], lr: float, seed: int, tau: float | None, 
                       sample_tokens=60)
     out = Path(args.runs) / f"{name.replace(' ', '_')}-lr{lr:g}-s{seed}"
     train_or_reuse(cfg, out)
+    return out, summary(out, cfg)
+
+
+def summary(out: Path, cfg: TrainConfig) -> dict:
+    """A finished run's best_eval, its final held-out numbers, ATM's mu at every evaluation, its model FLOPs per
+    training token (budget.training_flops, at the run's mean mu when ATM merges) and its parameters."""
     run = best_eval(out)
     evals = [r for r in read_metrics(out) if "valid_nats_per_token" in r]
     run["final_nats_per_token"] = evals[-1]["valid_nats_per_token"]
     run["final_bits_per_byte"] = evals[-1]["valid_bits_per_byte"]
     run["atm_mu"] = [[r["step"], r["atm_mu"]] for r in evals if "atm_mu" in r]
     model_cfg = cfg.model_config()
-    # model FLOPs per training token (budget.training_flops, at the run's mean mu when ATM merges)
     mu = statistics.mean(m for _, mus in run["atm_mu"] for m in mus) if run["atm_mu"] else 0.0
-    run["flops_per_token"] = training_flops(model_cfg, args.block_size, mu)
+    run["flops_per_token"] = training_flops(model_cfg, cfg.block_size, mu)
     run["params"] = count_params(model_cfg)
-    return out, run
+    return run
 
 
 def calibrate_tau(folder: Path, target: float, batches: int, args) -> dict:

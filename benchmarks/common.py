@@ -49,6 +49,31 @@ def train_or_reuse(cfg, out: Path) -> Path:
     return out
 
 
+def step_times(configs: dict, block: int, batch: int, repeat: int = 5, ids=None) -> dict[str, list[float]]:
+    """Seconds of each of `repeat` training steps (forward, backward, AdamW) of each model config (name ->
+    ModelConfig) on one batch (`ids`, (batch, block + 1) token ids; random ids if None), the models taking turns in
+    one process, so that a change of the machine's load hits them alike; a first turn warms up and is not counted.
+    Their ratios are the finding on a shared machine, not the seconds."""
+    import torch
+    from minwiola.model import LanguageModel
+    torch.manual_seed(0)
+    if ids is None:
+        ids = torch.randint(0, min(c.vocab_size for c in configs.values()), (batch, block + 1))
+    models, times = {}, {name: [] for name in configs}
+    for name, cfg in configs.items():
+        models[name] = LanguageModel(cfg)
+        models[name].optimizer = torch.optim.AdamW(models[name].parameters(), 1e-3)
+    for turn in range(repeat + 1):                          # the first turn warms up
+        for name, model in models.items():
+            start = time.perf_counter()
+            model.loss(ids[:, :-1], ids[:, 1:]).backward()
+            model.optimizer.step()
+            model.optimizer.zero_grad()
+            if turn:
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
 def compare(arm: list[float], reference: list[float]) -> dict:
     """The comparisons' stated rule, on one number per seed (held-out bits per byte) for two arms: the difference of
     the means, arm minus reference, is "lower" or "higher" when its size exceeds twice the larger seed spread

@@ -58,7 +58,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import (ROOT, commit, compare, hardware, save_or_return, train_or_reuse,  # noqa: E402
+from common import (ROOT, commit, compare, hardware, save_or_return, step_times, train_or_reuse,  # noqa: E402
                     write_result)  # (benchmarks/common.py)
 from tokenizer_bench import best_of  # noqa: E402
 from train_runs import best_eval  # noqa: E402
@@ -245,22 +245,8 @@ def decoding(name: str, T: int, steps: int = 8, seed: int = 0) -> dict:
 def step_seconds(names: list[str], block: int, batch: int, repeat: int = 5, shape: dict | None = None) -> dict:
     """Seconds of one training step (forward, backward, AdamW) of each arm on batch x block random tokens, the arms
     taking turns in one process (so a change of load hits them alike); the best of `repeat` turns each."""
-    torch.manual_seed(0)
-    ids = torch.randint(0, 4096, (batch, block + 1))
-    models, times = {}, {name: [] for name in names}
-    for name in names:
-        base, overrides = arm_config(name, block, shape)
-        models[name] = LanguageModel(preset(base, **overrides))
-        models[name].optimizer = torch.optim.AdamW(models[name].parameters(), 1e-3)
-    for turn in range(repeat + 1):                          # the first turn warms up
-        for name, model in models.items():
-            start = time.perf_counter()
-            model.loss(ids[:, :-1], ids[:, 1:]).backward()
-            model.optimizer.step()
-            model.optimizer.zero_grad()
-            if turn:
-                times[name].append(time.perf_counter() - start)
-    return {name: min(t) for name, t in times.items()}
+    configs = {name: preset(*arm_config(name, block, shape)[:1], **arm_config(name, block, shape)[1]) for name in names}
+    return {name: min(t) for name, t in step_times(configs, block, batch, repeat).items()}
 
 
 def costs(args) -> dict:

@@ -1,0 +1,504 @@
+"""Does the full Wiola's lead survive at equal parameters, fairly chosen rates and a long run (issue 33, lesson 11)?
+
+    cd /work/main && mkdir -p runs && MINWIOLA_DATA=$(realpath ../shared/data/tinystories) OMP_NUM_THREADS=1 \\
+        nohup setsid nice -n 19 .venv/bin/python benchmarks/convergence.py --pid-file runs/convergence.pid \\
+        > runs/convergence.log 2>&1 &
+
+One process, one thread, niceness 19 (it takes only the CPU nobody else wants), writing its pid to --pid-file.
+Pause it while another benchmark measures time, and let it go on afterwards:
+
+    kill -STOP $(cat runs/convergence.pid)      # paused: holds its memory, uses no CPU
+    kill -CONT $(cat runs/convergence.pid)      # continues where it was
+
+Killed (or the machine restarted), it is started again with the same command: finished runs are reused (after
+checking their settings), a stopped run resumes from its last checkpoint (every --eval-every steps) and ends with
+exactly the weights an uninterrupted run would have.
+
+**Arms** (all `llama-style`'s shape, d = 64, 4 layers, 4 heads, with the ablation's parts switched on through config
+overrides, benchmarks/ablation.py's PARTS; dropout 0.1, as the shipped story model was trained):
+
+    llama-style+width    the reference: llama-style with its SwiGLU widened from 176 to 240 (512,576 parameters),
+                         the ablation's `+width` control; the width is chosen by `closest_d_ff` to hold GCLA's
+                         extra parameters
+    wiola                the full Wiola, causal forms (ablation.FIVE: WiolaRMSNorm, SRPE as the paper sets it,
+                         DSFF at (44, 134), causal GCLA, copy-forward ATM at the calibrated tau): 513,156
+    llama-style+gcla     llama-style plus causal GCLA, the best single part of the ablation: 512,580
+    wiola-srpe-offset    wiola with srpe_radius="offset", the relative fix lesson 06 derives: 513,156
+    llama-style          the shipped story model's design, 463,424 (not equal: the lesson's own comparison at
+                         equal rates and budget; its rate is llama-style+width's, the same design 10% narrower)
+
+Equal parameters: `llama-style` is **widened** to Wiola's count rather than Wiola shrunk, so that Wiola stays the
+model the ablation and lesson 11 measured, and the control changes one width and nothing else. One control serves
+both questions: 512,576 parameters is 4 fewer than llama-style+gcla and 580 fewer than wiola (0.11%: WiolaRMSNorm's
+offsets, which nothing in llama-style matches; a SwiGLU of 241 would hold 513,344, 188 more than Wiola). The
+comparisons: wiola and llama-style+gcla against llama-style+width (the issue's two questions), wiola-srpe-offset
+against wiola and against llama-style+width, and llama-style+width and wiola against llama-style (how much of the
+lesson's 400-step lead was parameters).
+
+**Rates.** Every arm but `llama-style` has its own sweep: --rates (1e-3, 3e-3, 1e-2) at the full budget
+(--sweep-steps, default --steps) on --sweep-seed (100), a seed that is never reported. The rate of the lowest best
+held-out bits per byte wins; if it is the lowest or highest rate tried, the grid grows by half a decade that way
+(3e-4, 3e-2, ...; at most --extend times), so that the optimum lies inside what was tried. The reported seeds
+(--seeds 0 1 2) then train at that rate. (The held-out split both picks the rate, on seed 100, and scores seeds 0-2:
+the sample has no third split.)
+
+**ATM's threshold.** As in the ablation: tau is bisected so that the merging layer's input merges --target-mu
+(0.11) of the tokens, on --calibration-batches training batches of the best llama-style+width sweep run
+(ablation.calibrate_tau); every run logs the mu it really had.
+
+**Budget.** --steps (3,000) steps of --batch-size (32) windows of --block-size (256) tokens: 24.6M tokens, 48 passes
+over the sample's 0.51M training tokens; warmup 5% then cosine to 0; the whole held-out split is evaluated every
+--eval-every (200) steps and the best evaluation counts (the trainer keeps its weights). How flat the held-out loss
+is at the end is measured, not assumed: per run, its fall over the last 10% and the last half of the steps.
+
+**Three x-axes.** Held-out loss against tokens; against model training FLOPs (budget.training_flops per token, at
+the run's mean ATM mu); and against seconds, where the seconds are each arm's training-step time measured with
+every arm **in turns in one process** (common.step_times on one real training batch, best of --timing-repeat
+turns, once tau is known): on a shared machine their ratios are honest, their absolute values are one core of
+this CPU. The trainer's own clock (train_seconds, valid_wall_seconds) is also recorded, and is NOT a clean timing:
+this machine is shared with other work, the process runs at niceness 19 and may be paused (SIGSTOP) while others
+measure, and that clock counts all of it. `--retime` measures the step times again (on an idle machine: do it with
+`--timing-only`, not niced).
+
+**Verdict.** The benchmarks' rule (common.compare) on held-out bits per byte, one number per seed (the best
+evaluation): "lower"/"higher" when the difference of the means exceeds twice the larger seed spread (max - min) of
+the two arms, else "within noise". Per arm and seed also: what the Wiola parts learned (ablation.learned, from the
+best weights: GCLA's beta per layer, DSFF's gate alpha per dimension on held-out text, WiolaRMSNorm's offsets delta
+against the gains gamma) and ATM's mu at every evaluation.
+
+Runs live in --runs/ARM-lrRATE-sSEED. The result (--result, and its .png) is rewritten after every run
+("partial": true until every arm has every seed), with the commit of every launch, the hardware, the data, the
+thread count and each run's wall time.
+
+    python benchmarks/convergence.py --report      # the table, from --result
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ablation import BASE, FIVE, PARTS, calibrate_tau, learned, summary  # noqa: E402 (benchmarks/ablation.py)
+from common import ROOT, commit, compare, hardware, save_or_return, step_times, train_or_reuse, write_result  # noqa: E402
+from ssm_bench import closest_d_ff  # noqa: E402
+
+from minwiola import data  # noqa: E402
+from minwiola.budget import count_params  # noqa: E402
+from minwiola.model import preset  # noqa: E402
+from minwiola.tokenizer import default_tokenizer  # noqa: E402
+from minwiola.train import TrainConfig, read_metrics  # noqa: E402
+
+REFERENCE = "llama-style+width"
+# name: the ablation's parts, other overrides, where the rate comes from, and (the control) whose parameters to hold
+ARMS = {
+    REFERENCE: {"parts": [], "extra": {}, "rate_from": "sweep", "width_of": "llama-style+gcla"},
+    "wiola": {"parts": FIVE, "extra": {}, "rate_from": "sweep"},
+    "llama-style+gcla": {"parts": ["gcla"], "extra": {}, "rate_from": "sweep"},
+    "wiola-srpe-offset": {"parts": FIVE, "extra": {"srpe_radius": "offset"}, "rate_from": "sweep"},
+    "llama-style": {"parts": [], "extra": {}, "rate_from": REFERENCE},
+}
+# the order of work: the issue's main question first (its sweeps, then its seeds in turn), then one arm at a time
+STAGES = [[REFERENCE, "wiola"], ["llama-style+gcla"], ["wiola-srpe-offset"], ["llama-style"]]
+COMPARE = [("wiola", REFERENCE), ("llama-style+gcla", REFERENCE), ("wiola-srpe-offset", "wiola"),
+           ("wiola-srpe-offset", REFERENCE), (REFERENCE, "llama-style"), ("wiola", "llama-style")]
+SETTINGS = ("steps", "batch_size", "block_size", "eval_every", "eval_max_windows", "dropout", "rates", "extend",
+            "sweep_seed", "sweep_steps", "target_mu", "calibration_batches", "shape")
+
+
+def log(message: str) -> None:
+    print(f"[{datetime.datetime.now():%Y-%m-%d %H:%M:%S}] {message}", flush=True)
+
+
+# ------------------------------------------------------------------------------------------------ the arms
+
+def overrides(name: str, tau: float | None, args) -> dict:
+    """Arm `name`'s ModelConfig overrides of llama-style: dropout, --shape, its parts (ATM at `tau`), and for the
+    control the SwiGLU width that holds the parameters of the arm it controls for."""
+    arm = ARMS[name]
+    o = {"dropout": args.dropout, **(args.shape or {})}
+    for part in arm["parts"]:
+        o |= PARTS[part]
+    if "atm" in arm["parts"]:
+        o["atm_tau"] = tau
+    o |= arm["extra"]
+    if "width_of" in arm:
+        o["d_ff"] = closest_d_ff(BASE, o, count_params(preset(BASE, **overrides(arm["width_of"], tau, args))))
+    return o
+
+
+def params(name: str, args) -> int:
+    return count_params(preset(BASE, **overrides(name, 0.5, args)))
+
+
+def run_name(name: str, lr: float, seed: int, steps: int, args) -> str:
+    return f"{name}-lr{lr:g}-s{seed}" + (f"-steps{steps}" if steps != args.steps else "")
+
+
+# every evaluation scores the whole held-out split: said explicitly where the trainer can cap it (eval_tokens), so
+# that a run written by a trainer without that setting (which read as None) is the same run as one written with it
+WHOLE_SPLIT = {"eval_tokens": None} if "eval_tokens" in TrainConfig.__dataclass_fields__ else {}
+
+
+def train_config(name: str, lr: float, seed: int, steps: int, tau: float | None, args) -> TrainConfig:
+    return TrainConfig(preset=BASE, overrides=overrides(name, tau, args), steps=steps, batch_size=args.batch_size,
+                       block_size=args.block_size, lr=lr, seed=seed, eval_every=args.eval_every, sample_tokens=60,
+                       eval_max_windows=args.eval_max_windows, **WHOLE_SPLIT)
+
+
+def uncommitted() -> dict:
+    """The library's and the benchmarks' files that differ from the commit at launch, each with the sha256 of its
+    text then: the code that trains is the code imported at launch, which may hold others' uncommitted work."""
+    import hashlib
+    import subprocess
+    out = subprocess.run(["git", "status", "--porcelain", "--", "minwiola", "benchmarks"], cwd=ROOT,
+                         capture_output=True, text=True).stdout
+    files = [line[3:] for line in out.splitlines() if line[3:].endswith(".py")]
+    return {f: hashlib.sha256((ROOT / f).read_bytes()).hexdigest()[:16] for f in files if (ROOT / f).exists()}
+
+
+def flatness(evals: list[dict], steps: int) -> dict:
+    """How much the held-out loss still fell at the end: from the last evaluation at or before 90% (50%) of the
+    steps to the last evaluation, in nats per token (positive: still falling)."""
+    out = {}
+    for label, fraction in (("last_10pct", 0.9), ("last_50pct", 0.5)):
+        before = [r for r in evals if r["step"] <= fraction * steps]
+        if before:
+            out[label] = {"from_step": before[-1]["step"], "to_step": evals[-1]["step"],
+                          "drop_nats_per_token": before[-1]["valid_nats_per_token"] - evals[-1]["valid_nats_per_token"]}
+    return out
+
+
+def run(name: str, lr: float, seed: int, steps: int, tau: float | None, args, look_inside: bool) -> dict | None:
+    """Train (or resume, or reuse) one run and gather it; None with --evaluate-only when it has not finished."""
+    cfg = train_config(name, lr, seed, steps, tau, args)
+    out = Path(args.runs) / run_name(name, lr, seed, steps, args)
+    if args.evaluate_only and not (out / "loss.png").exists():
+        return None
+    if not (out / "loss.png").exists():
+        log(f"training {out.name} ({steps} steps)")
+    train_or_reuse(cfg, out)
+    entry = {k: v for k, v in summary(out, cfg).items() if k != "params"}
+    evals = [r for r in read_metrics(out) if "valid_nats_per_token" in r]
+    entry["valid_bits_per_byte_curve"] = [[r["tokens"], r["valid_bits_per_byte"]] for r in evals]
+    entry["valid_wall_seconds"] = [[r["elapsed_s"], r["valid_nats_per_token"]] for r in evals]
+    entry["flatness"] = flatness(evals, steps)
+    entry["run"] = out.name
+    if look_inside:
+        entry["learned"] = learned(out)
+    log(f"{out.name}: best {entry['bits_per_byte']:.4f} bits/byte ({entry['nats_per_token']:.4f} nats/token) at "
+        f"step {entry['best_step']}; {entry['train_seconds']:.0f} s on the trainer's clock")
+    return entry
+
+
+def best_rate(sweep: dict) -> float | None:
+    """The rate whose sweep run reached the lowest held-out bits per byte (the lower rate on a tie)."""
+    return float(min(sorted(sweep, key=float), key=lambda r: sweep[r]["bits_per_byte"])) if sweep else None
+
+
+def next_rate(sweep: dict) -> float | None:
+    """Half a decade beyond the best rate when it is the lowest or highest tried (None when it lies inside)."""
+    best, rates = best_rate(sweep), sorted(map(float, sweep))
+    if best is None or len(rates) < 2 or rates[0] < best < rates[-1]:
+        return None
+    shifted = best * 10 ** (0.5 if best == rates[-1] else -0.5)
+    return float(f"{10 ** (round(2 * math.log10(shifted)) / 2):.0e}")        # 3.16e-2 -> 3e-2, 9.5e-2 -> 1e-1
+
+
+# ------------------------------------------------------------------------------------------------ the summary
+
+def summarise(result: dict, args) -> None:
+    """Per arm: means and spreads over its seeds; per compared pair: the rule's verdict; "partial" unless every arm
+    has its rate and every seed."""
+    timing = (result.get("timing") or {}).get("seconds_per_step", {})
+    for name, arm in result["arms"].items():
+        seeds = list(arm["seeds"].values())
+        arm["seconds_per_step"] = timing.get(name)
+        if not seeds:
+            continue
+        for key in ("bits_per_byte", "nats_per_token", "final_bits_per_byte", "train_seconds"):
+            values = [s[key] for s in seeds]
+            arm[f"mean_{key}"], arm[f"spread_{key}"] = statistics.mean(values), max(values) - min(values)
+        arm["mean_flops_per_token"] = statistics.mean(s["flops_per_token"] for s in seeds)
+    result["comparison"] = {}
+    for a, b in COMPARE:
+        A, B = result["arms"].get(a, {}), result["arms"].get(b, {})
+        if A.get("seeds") and B.get("seeds"):
+            pick = lambda arm, key: [s[key] for s in arm["seeds"].values()]
+            v = compare(pick(A, "bits_per_byte"), pick(B, "bits_per_byte"))
+            v["difference_nats_per_token"] = statistics.mean(pick(A, "nats_per_token")) - statistics.mean(
+                pick(B, "nats_per_token"))
+            v["seeds"] = [len(A["seeds"]), len(B["seeds"])]
+            v["params_ratio"] = A["params"] / B["params"]
+            v["flops_ratio"] = A["mean_flops_per_token"] / B["mean_flops_per_token"]
+            v["step_time_ratio"] = (A["seconds_per_step"] / B["seconds_per_step"]
+                                    if A["seconds_per_step"] and B["seconds_per_step"] else None)
+            result["comparison"][f"{a} vs {b}"] = v
+    result["partial"] = any(result["arms"].get(name, {}).get("best_lr") is None
+                            or set(map(str, args.seeds)) - set(result["arms"][name]["seeds"]) for name in ARMS)
+
+
+def report(result: dict) -> str:
+    """The table: every arm, its rate sweep, its seeds' mean and spread, its costs; then every comparison."""
+    rows = ["| arm | parameters | sweep (seed %s): rate -> bits/byte | peak rate | seeds | bits/byte (mean) | spread "
+            "| nats/token | training FLOPs/token | s/step (in turns) |" % result["sweep_seed"], "|---" * 10 + "|"]
+    for name, a in result["arms"].items():
+        sweep = ", ".join(f"{r}: {s['bits_per_byte']:.4f}" for r, s in sorted(a["sweep"].items(), key=lambda x: float(x[0])))
+        sweep = sweep or f"({a.get('rate_from')}'s rate)"
+        stats = (f"{a['mean_bits_per_byte']:.4f} | {a['spread_bits_per_byte']:.4f} | {a['mean_nats_per_token']:.4f} | "
+                 f"{a['mean_flops_per_token'] / 1e6:.2f}M" if a["seeds"] else "| | |")
+        step = f"{a['seconds_per_step']:.3f}" if a.get("seconds_per_step") else ""
+        lr = f"{a['best_lr']:g}" if a.get("best_lr") else ""
+        rows.append(f"| `{name}` | {a['params']:,} | {sweep} | {lr} | {len(a['seeds'])} | {stats} | {step} |")
+    rows += ["", "| comparison | seeds | difference (bits/byte) | 2 x larger spread | verdict | nats/token | "
+                 "parameters | FLOPs | s/step |", "|---" * 9 + "|"]
+    for pair, v in result["comparison"].items():
+        step = f"{v['step_time_ratio']:.2f}x" if v["step_time_ratio"] else ""
+        rows.append(f"| {pair} | {v['seeds'][0]} vs {v['seeds'][1]} | {v['difference']:+.4f} | {v['bound']:.4f} | "
+                    f"{v['verdict']} | {v['difference_nats_per_token']:+.4f} | {v['params_ratio']:.4f}x | "
+                    f"{v['flops_ratio']:.3f}x | {step} |")
+    return "\n".join(rows)
+
+
+def plot(result: dict, path: Path | None = None):
+    """(a-c) held-out loss of every seed against tokens, model FLOPs and seconds (the step times measured in turns);
+    (d) each sweep; (e) each seed's best held-out bits per byte and the mean; (f) the trainer's wall clock."""
+    import matplotlib
+    if path is not None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
+    arms = {n: a for n, a in result["arms"].items() if a["seeds"]}
+    colour = {n: f"C{i}" for i, n in enumerate(result["arms"])}
+    per_step = result["batch_size"] * result["block_size"]
+    ends = [s["valid_curve"][-1][1] for a in arms.values() for s in a["seeds"].values()]
+    top = max(ends, default=math.inf) + 1.0                   # the curves' ends, not their first steep points
+    axes_x = [("tokens seen (millions)", lambda r, t: t / 1e6),
+              ("model training FLOPs (10^12)", lambda r, t: t * r["flops_per_token"] / 1e12),
+              ("seconds at the arm's step time (one thread, arms timed in turns)", None)]
+    for ax, (label, x) in zip(axes[0], axes_x):
+        for name, arm in arms.items():
+            if x is None and not arm.get("seconds_per_step"):
+                continue
+            for k, r in enumerate(arm["seeds"].values()):
+                xs = [(x(r, t) if x else t / per_step * arm["seconds_per_step"]) for t, _ in r["valid_curve"]]
+                ax.plot(xs, [v for _, v in r["valid_curve"]], color=colour[name], alpha=0.7,
+                        label=name if k == 0 else None)
+        ax.set_xlabel(label, fontsize=9)
+        ax.set_ylabel("held-out loss (nats/token)")
+        ax.set_ylim(top=min(top, ax.get_ylim()[1]))
+    if axes[0][0].lines:
+        axes[0][0].legend(fontsize=7)
+    d, e, f = axes[1]
+    for name, arm in result["arms"].items():
+        if arm["sweep"]:
+            rates = sorted(arm["sweep"], key=float)
+            d.semilogx([float(r) for r in rates], [arm["sweep"][r]["bits_per_byte"] for r in rates], "o-",
+                       color=colour[name], label=name)
+    d.set_xlabel(f"peak learning rate (seed {result['sweep_seed']}, not reported)")
+    d.set_ylabel("best held-out bits/byte")
+    if d.lines:
+        d.legend(fontsize=7)
+    for i, (name, arm) in enumerate(arms.items()):
+        bpb = [s["bits_per_byte"] for s in arm["seeds"].values()]
+        e.plot([i] * len(bpb), bpb, "o", color=colour[name])
+        e.hlines(statistics.mean(bpb), i - 0.25, i + 0.25, color=colour[name])
+        for k, r in enumerate(arm["seeds"].values()):
+            f.plot([s / 3600 for s, _ in r["valid_wall_seconds"]], [v for _, v in r["valid_wall_seconds"]],
+                   color=colour[name], alpha=0.7, label=name if k == 0 else None)
+    e.set_xticks(range(len(arms)), [f"{n}\nlr {a['best_lr']:g}" for n, a in arms.items()], fontsize=7)
+    e.set_ylabel("best held-out bits/byte (dots: seeds; line: mean)")
+    f.set_xlabel("hours on the trainer's clock (shared machine: NOT a clean timing)", fontsize=9)
+    f.set_ylabel("held-out loss (nats/token)")
+    f.set_ylim(top=min(top, f.get_ylim()[1]))
+    fig.suptitle(f"{result['steps']} steps of {result['batch_size']} x {result['block_size']} tokens, dropout "
+                 f"{result['dropout']} | {result['data']} | {result['hardware']}"
+                 + (" | PARTIAL" if result.get("partial") else ""), fontsize=9)
+    fig.tight_layout()
+    return save_or_return(fig, path)
+
+
+# ------------------------------------------------------------------------------------------------ the experiment
+
+def timing(tau: float, args) -> dict:
+    """Each arm's training-step seconds, all arms in turns in one process, on one real training batch."""
+    tokens = data.tokens("train", default_tokenizer())
+    ids = data.get_batch(tokens, args.batch_size, args.block_size, torch.Generator().manual_seed(0),
+                         torch.device("cpu"))
+    ids = torch.cat([ids[0], ids[1][:, -1:]], dim=1)                 # (B, T + 1): the inputs and the last target
+    load = os.getloadavg()[0]
+    log(f"timing every arm's step in turns ({args.timing_repeat} turns; load {load:.2f})")
+    times = step_times({n: preset(BASE, **overrides(n, tau, args)) for n in ARMS}, args.block_size,
+                       args.batch_size, args.timing_repeat, ids)
+    return {"seconds_per_step": {n: min(t) for n, t in times.items()},
+            "median_seconds_per_step": {n: statistics.median(t) for n, t in times.items()},
+            "batch": args.batch_size, "block": args.block_size, "turns": args.timing_repeat, "threads":
+            torch.get_num_threads(), "niceness": os.nice(0), "load_average_before": round(load, 2),
+            "load_average_after": round(os.getloadavg()[0], 2), "commit": commit(),
+            "when": datetime.datetime.now().isoformat(timespec="seconds"),
+            "rule": "best of the turns; the arms take turns in one process, so the ratios are the finding"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--block-size", type=int, default=256)
+    parser.add_argument("--eval-every", type=int, default=200)
+    parser.add_argument("--eval-max-windows", type=int, default=None)
+    parser.add_argument("--dropout", type=float, default=0.1, help="the shipped story model's")
+    parser.add_argument("--rates", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
+    parser.add_argument("--extend", type=int, default=2, help="half-decade steps the grid may grow at its edges")
+    parser.add_argument("--sweep-seed", type=int, default=100)
+    parser.add_argument("--sweep-steps", type=int, default=None, help="default: --steps (the full budget)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--target-mu", type=float, default=0.11)
+    parser.add_argument("--calibration-batches", type=int, default=20)
+    parser.add_argument("--timing-repeat", type=int, default=10)
+    parser.add_argument("--retime", action="store_true", help="measure the step times again")
+    parser.add_argument("--timing-only", action="store_true", help="measure the step times (tau from --result); "
+                                                                    "train nothing")
+    parser.add_argument("--evaluate-only", action="store_true", help="gather the finished runs; train nothing")
+    parser.add_argument("--shape", type=json.loads, default=None,
+                        help='shrink every arm alike, e.g. \'{"d": 16, "n_layers": 3}\' (tests)')
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--pid-file", default=None, help="write this process's id there (kill -STOP / -CONT)")
+    parser.add_argument("--runs", default=str(ROOT / "runs" / "convergence"))
+    parser.add_argument("--result", default=str(ROOT / "results" / "convergence.json"))
+    parser.add_argument("--report", action="store_true", help="print the tables from --result; train nothing")
+    args = parser.parse_args(argv)
+    path = Path(args.result)
+    if args.report:
+        print(report(json.loads(path.read_text())))
+        return 0
+    args.sweep_steps = args.sweep_steps or args.steps
+    if args.sweep_seed in args.seeds:
+        parser.error(f"--sweep-seed {args.sweep_seed} must not be one of the reported --seeds")
+    torch.set_num_threads(args.threads)
+    if args.pid_file:
+        Path(args.pid_file).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.pid_file).write_text(f"{os.getpid()}\n")
+    settings = {k: getattr(args, k) for k in SETTINGS}
+    old = json.loads(path.read_text()) if path.exists() else {}
+    same = {k: old.get(k) for k in SETTINGS} == settings
+    launch = {"commit": commit(), "uncommitted": uncommitted(),
+              "when": datetime.datetime.now().isoformat(timespec="seconds"), "pid": os.getpid(),
+              "niceness": os.nice(0), "load_average": round(os.getloadavg()[0], 2), "arms": args.arms}
+    tokens = len(data.tokens("train", default_tokenizer()))
+    result = {"command": "python benchmarks/convergence.py" + "".join(" " + a for a in (argv or sys.argv[1:])),
+              "commit": launch["commit"], "launches": (old.get("launches", []) if same else []) + [launch],
+              "hardware": hardware(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+              "data": data.describe_source(), "train_tokens": tokens, **settings,
+              "seeds": args.seeds, "tokens_per_run": args.steps * args.batch_size * args.block_size,
+              "passes": args.steps * args.batch_size * args.block_size / tokens,
+              "equal_parameters": "llama-style widened (SwiGLU 176 -> the width holding GCLA's extra parameters), "
+                                  "Wiola unchanged; one control for wiola (0.11% more than it) and llama-style+gcla",
+              "rate_rule": f"per arm, a sweep over the rates at {args.sweep_steps} steps on seed {args.sweep_seed} "
+                           "(never reported); the lowest best held-out bits/byte wins; a best rate at the grid's "
+                           f"edge adds the next half decade (at most {args.extend}); llama-style takes "
+                           f"{REFERENCE}'s rate",
+              "rule": "per pair: the difference of mean best held-out bits/byte over seeds (arm minus reference) is "
+                      "'lower'/'higher' when it exceeds twice the larger seed spread (max - min) of the two arms, "
+                      "else 'within noise' (common.compare)",
+              "seconds_rule": "the seconds axis is each arm's step time measured with all arms in turns in one "
+                              "process (timing), times the steps: honest as ratios. train_seconds and "
+                              "valid_wall_seconds are the trainer's clock on a SHARED machine at niceness 19 that "
+                              "may be paused by others (SIGSTOP): they count waiting and pauses; not a clean timing",
+              "flatness_rule": "per run: the fall of the held-out loss from the last evaluation at or before 90% "
+                               "(50%) of the steps to the end, nats/token; the schedule decays the rate to 0",
+              "arms": old.get("arms", {}) if same else {}}
+    if same and old.get("timing"):
+        result["timing"] = old["timing"]
+    if same and old.get("atm_calibration"):
+        result["atm_calibration"] = old["atm_calibration"]
+
+    def save() -> None:
+        summarise(result, args)
+        write_result(result, path, plot)
+
+    def arm_entry(name: str) -> dict:
+        arm = result["arms"].setdefault(name, {"sweep": {}, "seeds": {}})
+        arm |= {"parts": ARMS[name]["parts"], "extra": ARMS[name]["extra"], "rate_from": ARMS[name]["rate_from"],
+                "params": params(name, args)}
+        return arm
+
+    found = {}                                        # this invocation's rates, so that each sweep is gathered once
+
+    def sweep(name: str, tau: float | None) -> float | None:
+        """The arm's rate: its own sweep (grown at an edge), or the rate of the arm it borrows from."""
+        if name not in found:
+            found[name] = find_rate(name, tau)
+        return found[name]
+
+    def find_rate(name: str, tau: float | None) -> float | None:
+        arm = arm_entry(name)
+        if ARMS[name]["rate_from"] != "sweep":
+            arm["best_lr"] = sweep(ARMS[name]["rate_from"], tau)
+            return arm["best_lr"]
+        rates, gathered = list(args.rates), set()
+        while True:
+            for lr in sorted(set(rates) - gathered):
+                gathered.add(lr)
+                entry = run(name, lr, args.sweep_seed, args.sweep_steps, tau, args, look_inside=False)
+                if entry is not None:
+                    arm["sweep"][f"{lr:g}"] = entry
+                    save()
+            extra = next_rate({r: s for r, s in arm["sweep"].items() if float(r) in rates})
+            if extra is None or len(rates) >= len(args.rates) + args.extend:
+                break
+            rates.append(extra)
+        tried = {r: s for r, s in arm["sweep"].items() if float(r) in rates}
+        arm["best_lr"] = best_rate(tried)
+        arm["best_at_edge"] = next_rate(tried) is not None          # the grid could grow no further
+        return arm["best_lr"]
+
+    def calibrated_tau() -> float | None:
+        if "atm_calibration" not in result:
+            lr = sweep(REFERENCE, None)
+            folder = Path(args.runs) / run_name(REFERENCE, lr, args.sweep_seed, args.sweep_steps, args) if lr else None
+            if folder is None or not (folder / "loss.png").exists():
+                return None
+            result["atm_calibration"] = calibrate_tau(folder, args.target_mu, args.calibration_batches, args)
+            log(f"ATM calibration: {result['atm_calibration']}")
+        return result["atm_calibration"]["tau"]
+
+    if args.timing_only:
+        if "atm_calibration" not in result:
+            parser.error(f"--timing-only needs tau: {path} holds no ATM calibration for these settings")
+        result["timing"] = timing(result["atm_calibration"]["tau"], args)
+        save()
+        return 0
+    log(f"launch {launch}; {tokens:,} training tokens, {result['passes']:.1f} passes per run")
+    save()
+    tau = calibrated_tau()
+    if tau is None and not args.evaluate_only:
+        raise SystemExit(f"no ATM threshold: {REFERENCE}'s sweep left no finished run to calibrate it on")
+    if tau is not None and (args.retime or "timing" not in result) and not args.evaluate_only:
+        result["timing"] = timing(tau, args)
+        save()
+    for stage in STAGES:
+        names = [n for n in stage if n in args.arms and (tau is not None or "atm" not in ARMS[n]["parts"])]
+        rates = {n: sweep(n, tau) for n in names}
+        for seed in args.seeds:
+            for name in names:
+                if rates[name] is None:
+                    continue
+                entry = run(name, rates[name], seed, args.steps, tau, args, look_inside=True)
+                if entry is not None:
+                    result["arms"][name]["seeds"][str(seed)] = entry
+                    save()
+    save()
+    log("done" + (" (partial)" if result["partial"] else ""))
+    if args.pid_file and Path(args.pid_file).read_text().strip() == str(os.getpid()):
+        Path(args.pid_file).unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

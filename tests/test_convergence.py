@@ -1,0 +1,140 @@
+"""benchmarks/convergence.py's design (issue 33): the arms hold equal parameters, each rate is chosen on a seed that is
+never reported (the grid growing at an edge), and a tiny run end to end resumes, reuses and says when it is partial."""
+import argparse
+import json
+import math
+from pathlib import Path
+
+import pytest
+from load_benchmark import benchmark
+
+from minwiola.budget import count_params
+from minwiola.model import preset
+
+
+def convergence():
+    return benchmark("convergence")
+
+
+def test_the_arms_hold_equal_parameters():
+    b = convergence()
+    args = argparse.Namespace(dropout=0.1, shape=None)
+    counts = {name: b.params(name, args) for name in b.ARMS}
+    assert counts == {"llama-style+width": 512_576, "wiola": 513_156, "llama-style+gcla": 512_580,
+                      "wiola-srpe-offset": 513_156, "llama-style": 463_424}
+    control = b.overrides(b.REFERENCE, None, args)
+    assert control == {"dropout": 0.1, "d_ff": 240} == {"dropout": 0.1, **b.PARTS["width"]}   # the ablation's +width
+    assert abs(counts[b.REFERENCE] / counts["wiola"] - 1) < 0.0012                   # 580 fewer: 0.11%
+    assert abs(counts[b.REFERENCE] - counts["llama-style+gcla"]) <= 4
+    wiola = preset("llama-style", **b.overrides("wiola", 0.57, args))
+    assert (wiola.norm, wiola.positions, wiola.ffn, wiola.gcla, wiola.atm) == ("wiola", "srpe", "dsff", "causal",
+                                                                                "copy-forward")
+    assert wiola.atm_tau == 0.57 and wiola.srpe_radius == "paper" and wiola.dropout == 0.1     # the story model's
+    offset = preset("llama-style", **b.overrides("wiola-srpe-offset", 0.57, args))
+    assert offset.srpe_radius == "offset" and count_params(offset) == count_params(wiola)
+
+
+def test_the_rate_rule(tmp_path, monkeypatch):
+    b = convergence()
+    sweep = lambda values: {f"{r:g}": {"bits_per_byte": v} for r, v in values.items()}
+    assert b.best_rate(sweep({1e-3: 1.2, 3e-3: 1.1, 1e-2: 1.15})) == 3e-3
+    assert b.best_rate(sweep({1e-3: 1.1, 3e-3: 1.1})) == 1e-3                         # a tie: the lower rate
+    assert b.next_rate(sweep({1e-3: 1.2, 3e-3: 1.1, 1e-2: 1.15})) is None             # inside: done
+    assert b.next_rate(sweep({1e-3: 1.2, 3e-3: 1.15, 1e-2: 1.1})) == 3e-2              # half a decade up
+    assert b.next_rate(sweep({1e-3: 1.1, 3e-3: 1.15, 1e-2: 1.2})) == 3e-4              # half a decade down
+    assert b.next_rate(sweep({1e-2: 1.2, 3e-2: 1.1})) == 1e-1
+    monkeypatch.setattr(b, "run", lambda *a, **k: pytest.fail("it trained"))
+    with pytest.raises(SystemExit):                                                     # the sweep's seed is never reported
+        b.main(["--seeds", "0", "100", "--sweep-seed", "100", "--runs", str(tmp_path), "--result", str(tmp_path / "c.json")])
+
+
+def test_flatness_measures_the_fall_at_the_end():
+    b = convergence()
+    evals = [{"step": s, "valid_nats_per_token": v} for s, v in [(200, 4.0), (1400, 3.0), (1600, 2.9),
+                                                                 (2600, 2.82), (2800, 2.81), (3000, 2.805)]]
+    f = b.flatness(evals, 3000)
+    assert f["last_10pct"] == {"from_step": 2600, "to_step": 3000, "drop_nats_per_token": pytest.approx(0.015)}
+    assert f["last_50pct"] == {"from_step": 1400, "to_step": 3000, "drop_nats_per_token": pytest.approx(0.195)}
+
+
+def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_best(tmp_path, monkeypatch):
+    """The experiment's order and rate rule, with each run replaced by a stand-in whose loss is lowest at 3e-2 for
+    the Wiolas and at 3e-3 otherwise, 0.1 lower for wiola (no training)."""
+    b = convergence()
+    calls = []
+
+    def fake_run(name, lr, seed, steps, tau, args, look_inside):
+        calls.append((name, lr, seed))
+        folder = Path(args.runs) / b.run_name(name, lr, seed, steps, args)
+        folder.mkdir(parents=True)
+        (folder / "loss.png").touch()
+        best = 3e-2 if name.startswith("wiola") else 3e-3
+        bpb = (0.9 if name == "wiola" else 1.0) + (math.log10(lr) - math.log10(best)) ** 2 + 0.001 * seed
+        return {"bits_per_byte": bpb, "nats_per_token": 2.8 * bpb, "final_bits_per_byte": bpb, "train_seconds": 1.0,
+                "flops_per_token": 4e6, "tau": tau}
+
+    monkeypatch.setattr(b, "run", fake_run)
+    monkeypatch.setattr(b, "calibrate_tau", lambda folder, target, batches, args: {"tau": 0.57, "on": folder.name})
+    monkeypatch.setattr(b, "timing", lambda tau, args: {"seconds_per_step": {n: 1.0 for n in b.ARMS}})
+    monkeypatch.setattr(b, "plot", None)
+    result = tmp_path / "c.json"
+    assert b.main(["--runs", str(tmp_path / "runs"), "--result", str(result), "--extend", "2"]) == 0
+    r = json.loads(result.read_text())
+
+    sweeps = {name: [lr for n, lr, s in calls if n == name and s == 100] for name in b.ARMS}
+    assert sweeps["wiola"] == [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]                          # grown twice, then inside
+    assert sweeps[b.REFERENCE] == sweeps["llama-style+gcla"] == [1e-3, 3e-3, 1e-2]
+    assert sweeps["llama-style"] == []                                                 # it borrows the control's rate
+    assert r["atm_calibration"]["on"] == f"{b.REFERENCE}-lr0.003-s100"
+    for name, lr in [("wiola", 3e-2), ("wiola-srpe-offset", 3e-2), (b.REFERENCE, 3e-3), ("llama-style", 3e-3)]:
+        assert [(l, s) for n, l, s in calls if n == name and s != 100] == [(lr, 0), (lr, 1), (lr, 2)], name
+        assert r["arms"][name]["best_lr"] == lr and r["arms"][name].get("best_at_edge") in (False, None)
+    assert calls.index(("wiola", 3e-2, 0)) < calls.index(("llama-style+gcla", 1e-3, 100))   # the main pair first
+    assert r["partial"] is False and set(r["arms"]["wiola"]["seeds"]) == {"0", "1", "2"}
+    del r["arms"]["llama-style"]["seeds"]["2"]
+    b.summarise(r, argparse.Namespace(seeds=[0, 1, 2]))
+    assert r["partial"] is True                                                         # one seed missing
+    v = r["comparison"]["wiola vs llama-style+width"]
+    assert v["verdict"] == "lower" and v["difference"] == pytest.approx(-0.1) and v["bound"] == pytest.approx(0.004)
+    calls.clear()
+    b.main(["--runs", str(tmp_path / "runs2"), "--result", str(tmp_path / "d.json"), "--extend", "1"])
+    assert [lr for n, lr, s in calls if n == "wiola" and s == 100] == [1e-3, 3e-3, 1e-2, 3e-2]
+    assert json.loads((tmp_path / "d.json").read_text())["arms"]["wiola"]["best_at_edge"] is True
+
+
+def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
+    b = convergence()
+    runs, result = tmp_path / "runs", tmp_path / "c.json"
+    common = ["--shape", '{"d": 16, "n_layers": 3, "n_heads": 2}', "--steps", "4", "--batch-size", "2",
+              "--block-size", "32", "--eval-every", "2", "--eval-max-windows", "2", "--rates", "1e-3", "1e-2",
+              "--extend", "0", "--calibration-batches", "2", "--timing-repeat", "1", "--runs", str(runs),
+              "--result", str(result), "--arms", b.REFERENCE, "wiola"]
+    assert b.main([*common, "--seeds", "0"]) == 0
+    r = json.loads(result.read_text())
+    assert r["partial"] is True and set(r["arms"]) == {b.REFERENCE, "wiola"}
+    assert r["comparison"]["wiola vs llama-style+width"]["verdict"] == "one seed"
+    assert set(r["timing"]["seconds_per_step"]) == set(b.ARMS) and r["threads"] == 1
+    wiola = r["arms"]["wiola"]
+    assert set(wiola["sweep"]) == {"0.001", "0.01"} and wiola["best_lr"] == b.best_rate(wiola["sweep"])
+    seed0 = wiola["seeds"]["0"]
+    held = json.loads((runs / seed0["run"] / "config.json").read_text())["train"]
+    assert (held["seed"], held["lr"], held["steps"], held["overrides"]["dropout"]) == (0, wiola["best_lr"], 4, 0.1)
+    assert held["overrides"]["atm_tau"] == r["atm_calibration"]["tau"]
+    assert held.get("eval_tokens") is None                                              # the whole held-out split
+    assert len(seed0["learned"]["gcla_beta"]) == 3 and len(seed0["learned"]["norm_delta_abs_mean"]) == 7
+    assert len(seed0["learned"]["dsff_alpha"]) == 3 and seed0["atm_mu"] and seed0["flatness"]["last_10pct"]
+    assert "learned" not in wiola["sweep"]["0.01"] and seed0["valid_wall_seconds"]
+    # a setting added to TrainConfig since a run was written counts as that run's default: the run is reused
+    config = runs / seed0["run"] / "config.json"
+    stored = json.loads(config.read_text())
+    del stored["train"]["objective"]
+    config.write_text(json.dumps(stored))
+    before = {p.name: (p / "metrics.jsonl").stat().st_mtime_ns for p in runs.iterdir()}
+    assert b.main([*common, "--seeds", "0", "1"]) == 0                                  # resumes: only seed 1 trains
+    after = {p.name: (p / "metrics.jsonl").stat().st_mtime_ns for p in runs.iterdir()}
+    assert {k: after[k] for k in before} == before and len(after) == len(before) + 2
+    r = json.loads(result.read_text())
+    assert set(r["arms"]["wiola"]["seeds"]) == {"0", "1"} and len(r["launches"]) == 2
+    assert r["partial"] is True                                                         # three arms never ran
+    assert r["comparison"]["wiola vs llama-style+width"]["verdict"] in ("lower", "higher", "within noise")
+    assert (tmp_path / "c.png").exists() and "| `wiola` |" in b.report(r)
