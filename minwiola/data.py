@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-import torch
 
 from .corpus import builtin_stories
 from .tokenizer import EOT, Tokenizer, bytes_per_token, default_tokenizer, show_tokens
@@ -506,6 +505,7 @@ def get_batch(data: np.ndarray, batch_size: int, block_size: int, generator: tor
     x[b] = data[i : i + T] and y[b] = data[i + 1 : i + T + 1] for a start i drawn from `generator`,
     so the same generator state always gives the same batch.
     """
+    import torch                  # here, not at the top: the tokenising workers import this module and need no torch
     if block_size < 1 or batch_size < 1:
         raise ValueError(f"batch_size and block_size must be >= 1, got {batch_size}, {block_size}")
     if len(data) < block_size + 1:
@@ -524,6 +524,7 @@ def stream_windows(tokens: np.ndarray, block_size: int, batch: int, max_windows:
     batch), and `max_windows` caps how many. `overlap=1` (next-token evaluation) lets each window carry the one
     extra token its last position predicts, so every token but the first is predicted once; `overlap=0` (a
     diffusion denoiser, which predicts every token of its input) covers every token once."""
+    import torch
     n = len(tokens) - overlap                                  # the tokens a window may start or be predicted at
     starts = list(range(0, n, block_size))[:max_windows]
     full = [s for s in starts if s + block_size <= n]
