@@ -1,0 +1,203 @@
+"""The finale's recipes: one command per budget, with the speed and the loss a learner should expect.
+
+    python benchmarks/recipes.py                          # time every recipe this machine can run (a few steps each)
+    python benchmarks/recipes.py --full laptop-cpu-1h     # run one recipe to its end and record the loss it reached
+
+A recipe is a `python -m minwiola.train` command sized for a budget: a laptop CPU for an hour, one consumer GPU for
+an hour, one datacenter GPU for 30 minutes (CS336's TinyStories shape). Each is measured where it can be:
+
+* **speed**: the recipe's own settings through the real trainer (`minwiola.train.Trainer`: the same data, precision,
+  compilation and batch), `--steps` timed steps after `--warmup` untimed ones (compilation and the first steps' set-up
+  fall there), the median step as tokens per second, its model FLOPs per second (`budget.training_flops` per token
+  times tokens/s) and, on a GPU whose dense bf16/fp16 peak is in `PEAK_TFLOPS`, the model FLOPs utilisation (MFU);
+  also one evaluation's time at the trainer's default (`eval_tokens`: the first 262,144 held-out tokens);
+* **loss**: `--full NAME` runs the recipe to its end (its clock budget) into runs/recipes/NAME and records the best
+  held-out loss, with the data it ran on. For the CPU recipe, whose model and settings are the shipped story model's,
+  results/quality_6000.json (6,000 steps of the same configuration on the TinyStories sample) also gives the loss at
+  the tokens an hour buys at the measured speed, marked as measured on the sample.
+
+What this machine cannot run is written down as owed, never guessed. Writes results/recipes.json, merging with what
+an earlier call measured elsewhere (a GPU session adds its rows; a CPU session keeps them).
+"""
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from common import ROOT, commit, hardware  # noqa: E402 (benchmarks/common.py)
+
+from minwiola import data  # noqa: E402
+from minwiola.budget import training_flops  # noqa: E402
+from minwiola.train import TrainConfig, Trainer, command_line, evaluate, pick_device, read_metrics  # noqa: E402
+
+RESULT = ROOT / "results" / "recipes.json"
+STORY_SETTINGS = ("--preset", "llama-style", "--batch-size", "32", "--block-size", "256", "--lr", "3e-3",
+                  "--set", "dropout=0.1")                     # the shipped story model's (results/quality_6000.json)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    budget: str            # who it is for
+    device: str            # "cpu" or "cuda": what it needs
+    args: tuple            # the trainer's command line, less --out
+    note: str              # what to expect and why these settings
+
+
+RECIPES = {
+    "laptop-cpu-1h": Recipe(
+        "a laptop CPU for an hour", "cpu", STORY_SETTINGS + ("--minutes", "60"),
+        "the shipped story model's settings (463,424 parameters); the clock ends the run, so a faster laptop sees "
+        "more tokens in the same hour"),
+    "consumer-gpu-1h": Recipe(
+        "one consumer GPU for an hour (a hosted notebook's T4, an RTX 3060-4090)", "cuda",
+        ("--preset", "llama-cs336", "--batch-size", "64", "--block-size", "256", "--lr", "1e-3", "--minutes", "60",
+         "--compile"),
+        "CS336's TinyStories shape (17.3M parameters); precision auto: bf16 where the card has it, fp16 with a "
+        "gradient scaler where it does not (a T4); if it runs out of memory the trainer names a batch that fits"),
+    "datacenter-gpu-30min": Recipe(
+        "one datacenter GPU for 30 minutes (A100, H100, H200)", "cuda",
+        ("--preset", "llama-cs336", "--batch-size", "128", "--block-size", "256", "--lr", "2e-3", "--minutes", "30",
+         "--compile", "--eval-every", "1000"),
+        "CS336's shape on the full split; `--preset wiola-cs336` (17.2M, equal parameters within 0.4%) is the same "
+        "recipe for Wiola"),
+}
+
+# Dense peak of the card in bf16 (fp16 for a T4, which has no bf16 units), in TFLOP/s, from the makers' data sheets
+# (without sparsity): what MFU divides by. A card not listed gets no MFU rather than a guess.
+PEAK_TFLOPS = {"H200": 989.0, "H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "A100": 312.0, "L4": 121.0,
+               "A10G": 70.0, "T4": 65.0, "RTX 4090": 165.0, "RTX 3090": 71.0, "RTX 3060": 25.0}
+
+
+def command(name: str) -> str:
+    recipe = RECIPES[name]
+    return "python -m minwiola.train " + " ".join(recipe.args) + f" --out runs/{name}"
+
+
+def train_config(recipe: Recipe, **changes) -> TrainConfig:
+    """The recipe's TrainConfig, exactly as its command line would build it (through the trainer's own parser)."""
+    from minwiola.train import parse_overrides
+    parser = command_line()
+    args = parser.parse_args(list(recipe.args))
+    values = {name: getattr(args, name) for name in TrainConfig.__dataclass_fields__
+              if name not in ("overrides", "betas")}
+    return TrainConfig(**{**values, **changes}, overrides=parse_overrides(parser, args.set))
+
+
+def peak_tflops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_TFLOPS.items() if key in name), None)
+
+
+def measure_speed(name: str, steps: int, warmup: int) -> dict:
+    """The recipe's median step through the real trainer, in a throw-away folder; and one default evaluation."""
+    recipe = RECIPES[name]
+    minutes = train_config(recipe).minutes
+    cfg = train_config(recipe, steps=warmup + steps, minutes=None, eval_every=10**6)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(cfg, Path(tmp) / "run", progress=False, quiet=True)
+        trainer.finished = lambda: trainer.step >= warmup + steps      # stop before the end-of-run evaluation
+        trainer.run()
+        per_step = [r for r in read_metrics(Path(tmp) / "run") if "train_loss" in r][warmup:]
+        model, valid, device = trainer.model, trainer.valid_tokens, trainer.device
+        start = time.perf_counter()
+        held_out = evaluate(model, valid[:(cfg.eval_tokens or len(valid)) + 1], cfg.block_size, trainer.nbytes,
+                            cfg.eval_batch, device)
+        eval_seconds = time.perf_counter() - start
+        precision = getattr(trainer, "precision", "fp32")
+    tokens_per_s = statistics.median(r["tokens_per_s"] for r in per_step)
+    model_cfg = cfg.model_config()
+    achieved = training_flops(model_cfg, cfg.block_size) * tokens_per_s
+    peak = peak_tflops(device)
+    return {"hardware": torch.cuda.get_device_name(device) if device.type == "cuda" else hardware(),
+            "device": device.type, "threads": torch.get_num_threads(), "precision": precision,
+            "compile": cfg.compile, "data": data.describe_source(), "timed_steps": len(per_step),
+            "tokens_per_s": round(tokens_per_s), "tokens_per_s_spread": [round(min(r["tokens_per_s"] for r in per_step)),
+                                                                         round(max(r["tokens_per_s"] for r in per_step))],
+            "model_tflops": round(achieved / 1e12, 4), "peak_tflops": peak,
+            "mfu": round(achieved / (peak * 1e12), 4) if peak else None,
+            "tokens_per_budget": round(tokens_per_s * 60 * minutes),
+            "eval_tokens": held_out["tokens"], "eval_seconds": round(eval_seconds, 2)}
+
+
+def sample_loss_at(tokens: int) -> dict | None:
+    """The held-out loss of the story model's 6,000-step run on the sample (results/quality_6000.json), at the last
+    evaluation at or before `tokens` (the CPU recipe's settings exactly; the TinyStories sample, not the full split)."""
+    path = ROOT / "results" / "quality_6000.json"
+    if not path.exists():
+        return None
+    run = json.loads(path.read_text())
+    seed = run["presets"]["llama-style"]["seeds"]["0"]
+    curve = [(t, nats) for t, nats in seed["valid_curve"] if t <= tokens]
+    if not curve:
+        return None
+    at, nats = curve[-1]
+    return {"tokens": at, "nats_per_token": round(nats, 4), "of_run_tokens": seed["tokens"],
+            "data": run["data"], "source": "results/quality_6000.json (" + run["command"] + ")"}
+
+
+def run_full(name: str) -> dict:
+    """Run the recipe's command to its end in runs/recipes/NAME (resumed if it was stopped) and read its best loss."""
+    out = ROOT / "runs" / "recipes" / name
+    from minwiola.train import main as train_main
+    resume = (out / "config.json").exists()
+    status = train_main(list(RECIPES[name].args) + ["--out", str(out)] + (["--resume"] if resume else []))
+    if status:
+        raise SystemExit(status)
+    evals = [r for r in read_metrics(out) if "valid_nats_per_token" in r]
+    best = min(evals, key=lambda r: r["valid_nats_per_token"])
+    last = evals[-1]
+    return {"data": data.describe_source(), "steps": last["step"], "tokens": last["tokens"],
+            "train_seconds": round(last["elapsed_s"]), "best_step": best["step"],
+            "nats_per_token": round(best["valid_nats_per_token"], 4),
+            "bits_per_byte": round(best["valid_bits_per_byte"], 4),
+            "eval_tokens": best.get("valid_tokens"), "hardware": hardware() if not torch.cuda.is_available() else
+            torch.cuda.get_device_name()}
+
+
+def owed(recipe: Recipe) -> str:
+    return (f"owed: needs a {'CUDA GPU' if recipe.device == 'cuda' else 'CPU'}; run `python benchmarks/recipes.py` "
+            f"on one (the speed), and `--full` for the loss")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--recipes", nargs="+", choices=list(RECIPES), default=list(RECIPES))
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per recipe (default 20)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed first steps (compilation falls here)")
+    parser.add_argument("--full", choices=list(RECIPES), default=None, help="run this recipe to its end")
+    parser.add_argument("--result", type=Path, default=RESULT)
+    args = parser.parse_args(argv)
+    result = json.loads(args.result.read_text()) if args.result.exists() else {"recipes": {}}
+    here = pick_device("auto").type
+    for name in ([args.full] if args.full else args.recipes):
+        recipe = RECIPES[name]
+        row = result["recipes"].setdefault(name, {})
+        row.update(budget=recipe.budget, needs=recipe.device, command=command(name), note=recipe.note)
+        if recipe.device != here:
+            row.setdefault("speed", owed(recipe))
+            row.setdefault("loss", owed(recipe))
+            continue
+        if args.full:
+            row["loss"] = run_full(name)
+        else:
+            row["speed"] = measure_speed(name, args.steps, args.warmup)
+            if name == "laptop-cpu-1h":
+                row["loss_on_the_sample_at_one_hour"] = sample_loss_at(row["speed"]["tokens_per_budget"])
+            row.setdefault("loss", owed(recipe) if recipe.device == "cuda" else
+                           "owed on the full split: `--full laptop-cpu-1h` with the download (an hour)")
+        print(name, json.dumps(row, indent=1))
+    result.update(command="python benchmarks/recipes.py" + "".join(" " + a for a in (argv or sys.argv[1:])),
+                  commit=commit())
+    args.result.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
