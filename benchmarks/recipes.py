@@ -59,13 +59,14 @@ RECIPES = {
         ("--preset", "llama-cs336", "--batch-size", "64", "--block-size", "256", "--lr", "1e-3", "--minutes", "60",
          "--compile"),
         "CS336's TinyStories shape (17.3M parameters); precision auto: bf16 where the card has it, fp16 with a "
-        "gradient scaler where it does not (a T4); if it runs out of memory the trainer names a batch that fits"),
+        "gradient scaler where it does not (a T4); if it runs out of memory the trainer names a batch that fits; the "
+        "rate is a starting point, not yet tuned on a GPU"),
     "datacenter-gpu-30min": Recipe(
         "one datacenter GPU for 30 minutes (A100, H100, H200)", "cuda",
         ("--preset", "llama-cs336", "--batch-size", "128", "--block-size", "256", "--lr", "2e-3", "--minutes", "30",
          "--compile", "--eval-every", "1000"),
         "CS336's shape on the full split; `--preset wiola-cs336` (17.2M, equal parameters within 0.4%) is the same "
-        "recipe for Wiola"),
+        "recipe for Wiola; the rate is a starting point, not yet tuned on a GPU"),
 }
 
 # Dense peak of the card in bf16 (fp16 for a T4, which has no bf16 units), in TFLOP/s, from the makers' data sheets
@@ -167,6 +168,26 @@ def owed(recipe: Recipe) -> str:
             f"on one (the speed), and `--full` for the loss")
 
 
+def report(result: dict) -> str:
+    """The README's table of recipes, from results/recipes.json: what was measured, and what is owed."""
+    rows = ["| budget | command | speed measured | loss |", "|---|---|---|---|"]
+    for name, r in result["recipes"].items():
+        speed = r["speed"]
+        if isinstance(speed, dict):
+            speed = (f"{speed['tokens_per_s']:,} tokens/s on {speed['hardware']} ({speed['threads']} threads, "
+                     f"{speed['precision']}): {speed['tokens_per_budget'] / 1e6:.0f} M tokens in the budget")
+        loss = r["loss"]
+        if isinstance(loss, dict):
+            loss = (f"{loss['nats_per_token']:.3f} nats/token, {loss['bits_per_byte']:.3f} bits/byte after "
+                    f"{loss['tokens'] / 1e6:.0f} M tokens ({loss['data']})")
+        sample = r.get("loss_on_the_sample_at_one_hour")
+        if sample:
+            loss += (f"; on the TinyStories sample the same settings reached {sample['nats_per_token']:.3f} "
+                     f"nats/token after {sample['tokens'] / 1e6:.1f} M tokens")
+        rows.append(f"| {r['budget']} | `{r['command']}` | {speed} | {loss} |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--recipes", nargs="+", choices=list(RECIPES), default=list(RECIPES))
@@ -174,7 +195,11 @@ def main(argv=None) -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed first steps (compilation falls here)")
     parser.add_argument("--full", choices=list(RECIPES), default=None, help="run this recipe to its end")
     parser.add_argument("--result", type=Path, default=RESULT)
+    parser.add_argument("--report", action="store_true", help="print the README's table from --result and stop")
     args = parser.parse_args(argv)
+    if args.report:
+        print(report(json.loads(args.result.read_text())))
+        return
     result = json.loads(args.result.read_text()) if args.result.exists() else {"recipes": {}}
     here = pick_device("auto").type
     for name in ([args.full] if args.full else args.recipes):
