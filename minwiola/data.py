@@ -31,6 +31,7 @@ import re
 import shutil
 import signal
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -452,6 +453,16 @@ def _start_worker(text: str) -> None:
     global _WORKER_TOKENIZER
     signal.signal(signal.SIGINT, signal.SIG_IGN)          # Ctrl-C is the main process's to handle, not each worker's
     _WORKER_TOKENIZER = Tokenizer.loads(text)
+    parent = os.getppid()
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+
+
+def _exit_with(parent: int) -> None:
+    """A worker whose main process was killed (kill -9 leaves it no time to stop its pool) would wait for work for
+    ever, holding its memory: it checks every second that its parent is still there, and leaves when it is not."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
 
 
 def _encode_in_worker(name: str, block: bytes) -> np.ndarray:

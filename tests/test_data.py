@@ -337,3 +337,45 @@ def test_the_tokenizer_learns_from_a_seeded_part_of_a_large_split(env, monkeypat
     assert set(kept) <= set(stories) and kept != stories[:len(kept)]          # drawn, not the first ones
     assert 0.7 * 100_000 < len(part.encode()) < 1.3 * 100_000, len(part.encode())
     assert "seed 1" in what and f"{len(kept):,} training stories" in what
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux: read from /proc)."""
+    from pathlib import Path
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc (Linux)")
+def test_a_killed_tokenize_leaves_no_worker_behind(env):
+    """kill -9 gives the main process no time to stop its pool: the workers notice their parent is gone and leave."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    write_split(env / "d", "train.txt", corpus.builtin_stories("train", 3000))
+    env_vars = {**os.environ, "MINWIOLA_DATA": str(env / "d"), "MINWIOLA_CACHE": str(env / "cache")}
+    slow = ("import sys, time, minwiola.data as d; d.CHUNK_BYTES = 8192; real = d._encode_block; "
+            "d._encode_block = lambda *a: (time.sleep(0.2), real(*a))[1]; sys.exit(d.main(sys.argv[1:]))")
+    proc = subprocess.Popen([sys.executable, "-c", slow, "tokenize", "--split", "train", "--workers", "2"],
+                            env=env_vars, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list((env / "cache").glob("train-*.progress")):
+        time.sleep(0.05)                                             # the pool is working once blocks are recorded
+    workers = _children(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(workers) >= 2                                         # the pool's processes (and its resource tracker)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{w}").exists() for w in workers):
+        time.sleep(0.1)
+    left = [w for w in workers if Path(f"/proc/{w}").exists()]
+    assert not left, f"processes of the killed pass still running: {left}"
