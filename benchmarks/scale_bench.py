@@ -980,13 +980,44 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+README_STEPS = {"iter_stories": "stream every story (`iter_stories`)", "load_10k": "`load_stories(limit=10_000)`",
+                "tokens_valid": "tokenise the held-out split", "tokens_train": "tokenise the training split",
+                "tokens_warm": "the cache, once made (`data.tokens`)", "tokenizer": "train the BPE (`data tokenizer`)",
+                "trainer": "a trainer's first 3 steps and an evaluation"}
+
+
+def readme_table(result: dict) -> str:
+    """The README's table: peak memory and wall time of each step at each corpus size, and the targets."""
+    sizes = sorted(result["sizes"], key=float)
+    gb = {s: result["sizes"][s]["corpus"]["train"]["bytes"] for s in sizes}
+    rows = ["| step | " + " | ".join(f"{gb[s] / 1e9:.2f} GB" for s in sizes) + " |",
+            "|---|" + "---|" * len(sizes)]
+    for step, label in README_STEPS.items():
+        cells = [result["sizes"][s]["steps"].get(step) for s in sizes]
+        rows.append(f"| {label} | " + " | ".join(f"{c['peak_rss_gib']:.2f} GiB, {c['wall_s']:.0f} s" if c else "-"
+                                                for c in cells) + " |")
+    t = result["targets"]
+    tok = t["full_split_tokenising"]
+    rows.append("")
+    rows.append(f"Targets: every step under {TARGET_GIB:g} GiB at the full size ({'met' if t['peak_under_2gib_at_full_size']['met'] else 'missed'}); "
+                f"memory flat from the smallest corpus to the largest ({'met' if t['flat_memory']['met'] else 'missed'}); "
+                f"the full split tokenised in {tok['wall_minutes']:.1f} minutes on {tok['cores']} cores, "
+                f"{tok['fraction_of_tiktoken']:.2f} of tiktoken's own throughput on the same text; "
+                f"a warm-cache trainer's first step after {t['warm_trainer_start']['first_step_s']:.0f} s. "
+                f"Load average {min(min(st['load_start']) for v in result['sizes'].values() for st in v['steps'].values()):.1f}"
+                f"-{max(max(st['load_end']) for v in result['sizes'].values() for st in v['steps'].values()):.1f} "
+                f"on a shared machine: times are upper bounds.")
+    return "\n".join(rows)
+
+
 def report(result: dict) -> None:
-    """The table of every step and size, then one line per target."""
+    """The table of every step and size, then one line per target, then the README's table."""
     print(table(result))
     for name, target in result["targets"].items():
         print(f"{name}: " + (json.dumps(target) if not isinstance(target, dict) else
                              f"met={target.get('met')}  " + json.dumps({k: v for k, v in target.items()
                                                                          if k not in ("target", "met")})))
+    print("\nREADME:\n" + readme_table(result))
 
 
 @contextlib.contextmanager
