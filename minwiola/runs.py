@@ -89,8 +89,10 @@ def differences(held: dict, wanted: dict, prefix: str = "") -> list[str]:
             for k in sorted(held.keys() | wanted.keys()) if held.get(k) != wanted.get(k)]
 
 
-# Trainer settings added after runs were saved, with the value every earlier run had (train.TrainConfig's default).
-TRAIN_ADDED_LATER = {"objective": "next-token"}
+# Trainer settings added after runs were saved, with the value every earlier run had. Earlier runs evaluated the whole
+# held-out split (eval_tokens None, not today's default), and trained as "auto" does now on a CPU or a GPU with bf16
+# (older code used bf16 on every GPU; "auto" chooses fp16 on one without it).
+TRAIN_ADDED_LATER = {"objective": "next-token", "eval_tokens": None, "precision": "auto"}
 
 
 def held_train_config(held: dict) -> dict:
@@ -262,19 +264,23 @@ def verify_folder(folder: Path) -> None:
 
 # ------------------------------------------------------------------------------------------- checkpoints
 def random_states(device: torch.device, generator: torch.Generator) -> dict:
-    """Every random state a step draws from: torch's (dropout), the data sampler's, and the accelerator's."""
+    """Every random state a step draws from: torch's (dropout), the data sampler's, and the accelerator's: that of
+    the GPU this process trains on only ("cuda_rng", a list of one), so that a checkpoint saved by rank 0 of
+    several processes (each on its own GPU, all in the same state) restores into any rank."""
     states = {"torch_rng": torch.get_rng_state(), "data_rng": generator.get_state(), "cuda_rng": []}
     if device.type == "cuda":
-        states["cuda_rng"] = torch.cuda.get_rng_state_all()
+        states["cuda_rng"] = [torch.cuda.get_rng_state(device)]
     if device.type == "mps":
         states["mps_rng"] = torch.mps.get_rng_state()
     return states
 
 
 def restore_random_states(state: dict, device: torch.device, generator: torch.Generator) -> None:
+    """Put back what `random_states` saved. An older checkpoint holds every GPU's state; its run trained on the
+    first, so the first is the one."""
     torch.set_rng_state(state["torch_rng"])
     if state["cuda_rng"] and device.type == "cuda":
-        torch.cuda.set_rng_state_all(state["cuda_rng"])
+        torch.cuda.set_rng_state(state["cuda_rng"][0], device)
     if "mps_rng" in state and device.type == "mps":
         torch.mps.set_rng_state(state["mps_rng"])
     generator.set_state(state["data_rng"])
@@ -307,6 +313,7 @@ def trainer_state_problem(state) -> str | None:
     if missing:
         return f"lacks {missing}"
     wrong = [k for k, kind in kinds.items() if not isinstance(state[k], kind) or isinstance(state[k], bool)]
+    wrong += ["scaler"] if not isinstance(state.get("scaler", {}), dict) else []   # fp16's; older states have none
     if wrong or state["step"] < 0 or state["samples_bytes"] < 0 or {"state", "param_groups"} - state["optimizer"].keys():
         return f"holds values of the wrong kind ({', '.join(wrong) or 'step, samples_bytes or optimizer'})"
     return None

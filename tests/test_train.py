@@ -1,16 +1,18 @@
 """The trainer (issue 7): schedule, weight-decay groups, evaluation, exact resume, NaN stop, run folders, CLI."""
+import dataclasses
 import json
 import math
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from minwiola import train
+from minwiola import data, runs, train
 from minwiola.corpus import builtin_stories
 from minwiola.generate import load_model
-from minwiola.model import LanguageModel, preset
+from minwiola.model import LanguageModel, next_token_loss, preset
 from minwiola.train import TrainConfig, Trainer, evaluate, learning_rate, parameter_groups, token_bytes
 from minwiola.tokenizer import default_tokenizer
 
@@ -179,7 +181,7 @@ def test_command_line_trains_and_generate_writes_a_story(small_data, tmp_path, c
             "--sample-tokens", "4", "--set", "d=32", "n_layers=2", "n_heads=2", "n_kv_heads=1", "d_ff_a=16",
             "d_ff=48", "atm=off"]
     assert train.main(args) == 0
-    assert "held-out" in capsys.readouterr().out
+    assert "step 2: held-out " in (log := capsys.readouterr().out) and " nats/token over " in log   # what it scored
     assert json.loads((out / "config.json").read_text())["model"]["atm"] == "off"
     assert train.main(args) == 1                                    # the folder already holds that run
     assert "already holds a run" in capsys.readouterr().err
@@ -430,3 +432,244 @@ def test_a_diffusion_model_writes_its_story_by_unmasking(tmp_path):
     narrow = LanguageModel(preset("tiny-diffusion", vocab_size=4096))               # no room for [MASK]
     with pytest.raises(ValueError, match="needs vocab_size > 4096"):
         generate(narrow, tok, "Once", 4)
+
+
+# ------------------------------------------------------------------ issue 30: evaluation at size, precision, memory
+SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinystories"
+SMALL = {"d": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1, "d_ff_a": 16, "d_ff": 48}
+PLAIN_FORWARD = LanguageModel.forward
+CLI_TINY = ["--sample-tokens", "4", "--block-size", "16", "--set", *(f"{k}={v}" for k, v in SMALL.items())]
+
+
+def largest_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    return max((x - y).abs().max().item() for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_the_default_evaluation_is_the_whole_held_out_split_of_the_builtin_stories_and_the_sample(tmp_path,
+                                                                                                  monkeypatch):
+    """eval_tokens = 2^18 caps only a bigger split (the full download): on these two nothing changes."""
+    monkeypatch.setenv("MINWIOLA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MINWIOLA_DATA", raising=False)
+    tok = default_tokenizer()
+    sizes = {"built-in": len(data.tokens("valid", tok, source="builtin"))}
+    if SAMPLE.is_dir():
+        monkeypatch.setenv("MINWIOLA_DATA", str(SAMPLE))
+        sizes["sample"] = len(data.tokens("valid", tok))
+        assert sizes["sample"] == 196_322
+    assert sizes["built-in"] == 70_916
+    assert all(n - 1 < TrainConfig().eval_tokens == 2 ** 18 for n in sizes.values())   # n - 1 tokens are predicted
+
+
+def test_eval_tokens_scores_the_same_first_tokens_at_every_evaluation(small_data, tmp_path):
+    trainer = Trainer(tiny(steps=4, eval_every=2, eval_tokens=100), tmp_path / "run", progress=False, quiet=True)
+    last = trainer.run()
+    evals = [r for r in train.read_metrics(tmp_path / "run") if "valid_tokens" in r]
+    assert [r["valid_tokens"] for r in evals] == [100, 100] and last["tokens"] == 100
+    direct = evaluate(trainer.model, trainer.valid_tokens[:101], 32, trainer.nbytes)   # the first 100 predictions
+    assert direct == {k: last[k] for k in direct}
+    whole = len(trainer.valid_tokens)
+    for cfg in (tiny(), tiny(eval_tokens=None), tiny(eval_tokens=whole + 5)):      # the split is smaller: all of it
+        trainer.cfg = cfg
+        assert len(trainer.held_out()) == whole
+    with pytest.raises(ValueError, match="eval_tokens must be a positive int or None"):
+        tiny(eval_tokens=0)
+    parse = train.command_line().parse_args
+    assert parse(["--eval-tokens", "all"]).eval_tokens is None and parse(["--eval-tokens", "1000"]).eval_tokens == 1000
+
+
+def test_evaluation_shows_a_bar_only_when_asked(capsys):
+    torch.manual_seed(0)
+    model = LanguageModel(preset("tiny-llama")).eval()
+    tokens = np.random.default_rng(0).integers(0, 64, 1001).astype(np.uint16)
+    quiet = evaluate(model, tokens, block_size=32, nbytes=torch.full((64,), 2), batch=7)
+    assert capsys.readouterr().err == ""
+    shown = evaluate(model, tokens, block_size=32, nbytes=torch.full((64,), 2), batch=7, progress=True)
+    assert "evaluating" in capsys.readouterr().err and shown == quiet
+
+
+def test_the_command_line_says_what_it_runs_before_it_reads_the_data(small_data, tmp_path, capsys, monkeypatch):
+    """Tokenising the full training split takes minutes the first time: the first line comes before it, and the
+    data is read with a progress bar."""
+    calls, read = [], data.tokens
+
+    def tokens(split, *args, **kwargs):
+        calls.append((split, kwargs.get("progress"), capsys.readouterr().out))
+        return read(split, *args, **kwargs)
+    monkeypatch.setattr(data, "tokens", tokens)
+    assert train.main(["--out", str(tmp_path / "run"), "--steps", "2", "--eval-every", "2", "--batch-size", "2",
+                       *CLI_TINY]) == 0
+    split, progress, printed = calls[0]
+    assert split == "train" and progress is True
+    assert printed.startswith("wiola-yocto: ") and "parameters on cpu (fp32); data: " in printed
+    assert "step 2: held-out " in (log := capsys.readouterr().out) and " nats/token over " in log   # what it scored
+
+
+def test_a_run_saved_before_eval_tokens_and_precision_resumes_as_it_was(small_data, tmp_path):
+    out = tmp_path / "run"
+    part = Trainer(tiny(eval_tokens=None), out, progress=False, quiet=True)
+    part.finished = lambda: part.step >= 6
+    part.run()
+    held = json.loads((out / "config.json").read_text())
+    del held["train"]["eval_tokens"], held["train"]["precision"]       # as an older version wrote it
+    (out / "config.json").write_text(json.dumps(held))
+    as_it_was = json.loads(json.dumps(dataclasses.asdict(tiny(eval_tokens=None))))   # what benchmarks compare
+    assert runs.held_train_config(held["train"]) == as_it_was
+    assert Trainer(tiny(eval_tokens=None), out, resume=True, progress=False, quiet=True).step == 6
+    with pytest.raises(train.RunFolderError, match="eval_tokens: None there, 262144 now"):   # it scored the whole split
+        Trainer(tiny(), out, resume=True, progress=False, quiet=True)
+    with pytest.raises(train.RunFolderError, match="precision: 'auto' there, 'fp16' now"):
+        Trainer(tiny(eval_tokens=None, precision="fp16"), out, resume=True, progress=False, quiet=True)
+
+
+def test_auto_precision_is_bf16_or_fp16_on_a_gpu_and_fp32_elsewhere(monkeypatch):
+    for native in (True, False):                         # an A100 / H100, then a T4 (bf16 only by emulation)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native or
+                            including_emulation)
+        assert train.resolve_precision("auto", torch.device("cuda")) == ("bf16" if native else "fp16")
+    assert train.resolve_precision("auto", torch.device("cpu")) == "fp32"
+    assert train.resolve_precision("auto", torch.device("mps")) == "fp32"
+    assert train.resolve_precision("fp16", torch.device("cpu")) == "fp16"          # a choice is taken as it is
+    with pytest.raises(ValueError, match="precision must be one of"):
+        TrainConfig(precision="fp8")
+
+
+def test_tf32_is_on_in_a_cuda_run_only_while_it_runs():
+    before = torch.get_float32_matmul_precision()
+    with train.tensor_float_32(torch.device("cuda")):                 # the flag exists without a GPU too
+        assert torch.get_float32_matmul_precision() == "high"
+    assert torch.get_float32_matmul_precision() == before
+    with train.tensor_float_32(torch.device("cpu")):
+        assert torch.get_float32_matmul_precision() == before
+
+
+@pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_mixed_precision_trains_on_the_cpu_and_resumes_exactly(small_data, tmp_path, precision, dtype):
+    cfg = tiny(precision=precision)
+    whole = Trainer(cfg, tmp_path / "whole", progress=False, quiet=True)
+    dtypes = set()
+    whole.model.blocks[0].ffn.register_forward_hook(lambda module, args, out: dtypes.add((module.training, out.dtype)))
+    whole.run()
+    assert dtypes == {(True, dtype), (False, torch.float32)}    # training in autocast; evaluation in float32
+    assert next(whole.model.parameters()).dtype == torch.float32
+    resumed = killed_and_resumed(cfg, tmp_path / "part")
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    state = torch.load(tmp_path / "part" / "checkpoint" / "trainer_state.pt", weights_only=True)
+    assert state["scaler"] == whole.scaler.state_dict() == resumed.scaler.state_dict()
+    assert (state["scaler"]["scale"] == 2.0 ** 16) if precision == "fp16" else state["scaler"] == {}
+    assert {r["precision"] for r in train.read_metrics(tmp_path / "part") if "valid_tokens" in r} == {precision}
+
+
+def test_fp16_skips_a_step_whose_gradients_overflow_and_stops_when_the_scale_cannot_help(small_data, tmp_path):
+    trainer = Trainer(tiny(precision="fp16"), tmp_path / "run", progress=False, quiet=True)
+    trainer.model.embed.weight.register_hook(lambda g: g * float("inf") if trainer.step == 7 else g)
+    step, kept = trainer.train_step, {}
+
+    def watched():
+        kept[trainer.step] = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+        return step()
+    trainer.train_step = watched
+    trainer.run()                                         # a finite loss, inf gradients: skipped, not diverged
+    assert all(torch.equal(kept[7][k], kept[8][k]) for k in kept[7])       # step 8 changed nothing
+    assert not torch.equal(kept[6]["embed.weight"], kept[7]["embed.weight"])
+    assert trainer.scaler.get_scale() == 2.0 ** 15                          # halved once
+    always = Trainer(tiny(precision="fp16", steps=40, eval_every=40), tmp_path / "always", progress=False, quiet=True)
+    always.model.embed.weight.register_hook(lambda g: g * float("inf") if always.step >= 2 else g)
+    with pytest.raises(FloatingPointError, match="gradient norm became (inf|nan) at step 20"):   # 2^16 halved 17 x
+        always.run()
+
+
+def test_the_first_batch_goes_forward_and_backward_in_the_runs_precision_and_leaves_no_trace(small_data, tmp_path,
+                                                                                              monkeypatch):
+    seen = []
+
+    def watched(self, idx, *args, **kwargs):
+        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"), torch.is_grad_enabled(),
+                     self.training))
+        return PLAIN_FORWARD(self, idx, *args, **kwargs)
+    monkeypatch.setattr(LanguageModel, "forward", watched)
+    cfg = tiny(precision="bf16", overrides={**tiny().overrides, "dropout": 0.1})
+    trainer = Trainer(cfg, tmp_path / "run", progress=False, quiet=True)
+    assert seen == [(True, torch.bfloat16, True, True)]             # as a step: autocast, gradients, training mode
+    assert all(p.grad is None for p in trainer.model.parameters())
+    rng = torch.get_rng_state()
+    assert train.first_pass(trainer.model, trainer.forward, trainer.train_tokens, cfg, trainer.device, "bf16", 4) \
+        is None
+    assert torch.equal(rng, torch.get_rng_state())                 # dropout drew, and its state was put back
+
+
+def test_fused_adamw_gives_the_weights_of_the_plain_one():
+    assert train.fused_adamw(torch.device("cuda")) and not train.fused_adamw(torch.device("cpu"))
+    batches = torch.randint(0, 4096, (5, 4, 33), generator=torch.Generator().manual_seed(0))
+    models = []
+    for fused in (False, True):                          # torch >= 2.4 has the fused kernel on the CPU too
+        torch.manual_seed(0)
+        model = LanguageModel(preset("wiola-yocto", **SMALL, context=64))
+        opt = train.make_optimizer(model, tiny(), fused)
+        assert opt.defaults["fused"] is fused
+        for window in batches:
+            next_token_loss(model(window[:, :-1]), window[:, 1:]).backward()
+            opt.step()
+            opt.zero_grad()
+        models.append(model)
+    assert 0 < largest_difference(*models) < 1e-6        # another order of float operations, the same update
+
+
+def test_gradient_accumulation_equals_one_batch_of_the_same_windows(small_data, tmp_path):
+    tokens = data.tokens("train")
+    g = torch.Generator().manual_seed(0)
+    halves = [data.get_batch(tokens, 2, 32, g)[0] for _ in range(2)]
+    assert torch.equal(data.get_batch(tokens, 4, 32, torch.Generator().manual_seed(0))[0], torch.cat(halves))
+    one = Trainer(tiny(batch_size=4), tmp_path / "one", progress=False, quiet=True)      # so 2 x 2 draws the same
+    one.run()
+    two = Trainer(tiny(batch_size=2, grad_accum=2), tmp_path / "two", progress=False, quiet=True)
+    two.run()
+    assert largest_difference(one.model, two.model) < 1e-6   # two means of 2 rows halved vs one mean of 4: rounding
+
+
+def test_a_compiled_run_trains_and_resumes_on_the_cpu(small_data, tmp_path):
+    """torch.compile on the CPU builds C++ kernels: over a minute the first time on a 2-core machine, 10-20 s once
+    inductor's cache (in the system's temporary folder) holds them, each Trainer compiling its model again. So one
+    test, the whole path: compile, the first batch, train, checkpoint, resume. Compiled kernels fuse operations (and
+    split reductions between threads), so the weights are those of the plain run to float rounding, not bit for
+    bit; two compiled runs differ as much (measured: 1.2e-7)."""
+    plain = Trainer(tiny(), tmp_path / "plain", progress=False, quiet=True)
+    plain.run()
+    resumed = killed_and_resumed(tiny(compile=True), tmp_path / "part")
+    assert resumed.forward is not resumed.model                      # it did compile
+    assert largest_difference(plain.model, resumed.model) < 1e-6
+
+
+def oom_above(monkeypatch, rows: int, after_calls: int = 0):
+    """LanguageModel.forward runs out of memory (as CUDA would) on more than `rows` windows, or in training from its
+    `after_calls`-th training call on (the first batch's pass is the first)."""
+    calls = []
+
+    def tight(self, idx, *args, **kwargs):
+        calls.append(self.training)
+        if idx.shape[0] > rows or (after_calls and sum(calls) >= after_calls):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return PLAIN_FORWARD(self, idx, *args, **kwargs)
+    monkeypatch.setattr(LanguageModel, "forward", tight)
+
+
+def test_out_of_memory_names_a_batch_and_accumulation_that_fit(small_data, tmp_path, capsys, monkeypatch):
+    from test_run_safety import one_error_line
+    args = ["--out", str(tmp_path / "run"), "--steps", "4", "--eval-every", "2", *CLI_TINY]
+    oom_above(monkeypatch, 4)
+    assert train.main(args + ["--batch-size", "16"]) == 1            # found before the folder is made
+    assert one_error_line(capsys.readouterr().err) == (
+        "error: out of memory on cpu at --batch-size 16 x --block-size 16: try --batch-size 4 --grad-accum 4 "
+        "(the same tokens per step)")
+    assert not (tmp_path / "run").exists()
+    assert train.main(args + ["--batch-size", "12", "--grad-accum", "2"]) == 1    # 12 / 3: 4 windows fit
+    assert "try --batch-size 4 --grad-accum 6" in one_error_line(capsys.readouterr().err)
+    oom_above(monkeypatch, 0)
+    assert train.main(args + ["--batch-size", "16"]) == 1
+    assert "not even one window per process fits; lower --block-size" in one_error_line(capsys.readouterr().err)
+    oom_above(monkeypatch, 99, after_calls=5)           # the first pass, three steps, then step 4 runs out
+    assert train.main(args + ["--batch-size", "4"]) == 1
+    assert one_error_line(capsys.readouterr().err) == (
+        "error: out of memory on cpu at --batch-size 4 x --block-size 16: try --batch-size 2 --grad-accum 2 "
+        "(the same tokens per step)")
+    assert torch.load(tmp_path / "run" / "checkpoint" / "trainer_state.pt", weights_only=True)["step"] == 2
