@@ -21,6 +21,7 @@ an earlier call measured elsewhere (a GPU session adds its rows; a CPU session k
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -102,6 +103,7 @@ def measure_speed(name: str, steps: int, warmup: int) -> dict:
     recipe = RECIPES[name]
     minutes = train_config(recipe).minutes
     cfg = train_config(recipe, steps=warmup + steps, minutes=None, eval_every=10**6)
+    load = os.getloadavg()[0]                                  # how busy the machine was as the timing began
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, Path(tmp) / "run", progress=False, quiet=True)
         trainer.finished = lambda: trainer.step >= warmup + steps      # stop before the end-of-run evaluation
@@ -118,7 +120,8 @@ def measure_speed(name: str, steps: int, warmup: int) -> dict:
     achieved = training_flops(model_cfg, cfg.block_size) * tokens_per_s
     peak = peak_tflops(device)
     return {"hardware": torch.cuda.get_device_name(device) if device.type == "cuda" else hardware(),
-            "device": device.type, "threads": torch.get_num_threads(), "precision": precision,
+            "device": device.type, "threads": torch.get_num_threads(), "load_average": round(load, 2),
+            "precision": precision,
             "compile": cfg.compile, "data": data.describe_source(), "timed_steps": len(per_step),
             "tokens_per_s": round(tokens_per_s), "tokens_per_s_spread": [round(min(r["tokens_per_s"] for r in per_step)),
                                                                          round(max(r["tokens_per_s"] for r in per_step))],

@@ -302,3 +302,21 @@ def test_readme_layouts_tables_come_from_results():
         assert claim in text, claim
     restored = {f"{arm['mean_spans_restored']:.1%}" for arm in r["arms"].values()}
     assert restored == {"0.3%"}, "the prose says each arm restores 0.3% of the spans"
+
+
+def test_readme_real_size_tables_come_from_results():
+    """Issue 30: the scale table, the resume sentence and the recipes table are what the result files hold."""
+    section = README.split("### The full download, at its real size")[1].split("\n## ")[0]
+    scale = json.loads((ROOT / "results" / "scale_bench.json").read_text())
+    assert not scale["partial"] and all(t.get("met") is not False for k, t in scale["targets"].items()
+                                        if k not in ("resume", "failed_steps"))
+    for line in benchmark("scale_bench").readme_table(scale).splitlines():
+        assert line in section, line
+    fixed = json.loads((ROOT / "results" / "scale_bench_resume.json").read_text())["targets"]["resume"]
+    text = " ".join(section.split())
+    assert fixed["met"] and fixed["ids_equal"] and fixed["orphans_after_kill"] == 0
+    assert (f"killed after {fixed['done_at_kill']:.0%} of its ids" in text and
+            f"{fixed['fraction_of_cold_cpu']:.2f} of the cold pass's CPU time" in text)
+    recipes = json.loads((ROOT / "results" / "recipes.json").read_text())
+    for line in benchmark("recipes").report(recipes).splitlines():
+        assert line in section, line
