@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .data import sha256_file
+from .data import lock_file, sha256_file
 from .model import ADDED_LATER, LanguageModel, ModelConfig
 
 MARKER = ".minwiola-run"
@@ -160,19 +160,6 @@ def clear(out: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------- lock
-try:
-    import fcntl
-
-    def _try_lock(f) -> None:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-except ImportError:                                            # Windows
-    import msvcrt
-
-    def _try_lock(f) -> None:
-        f.seek(0)
-        msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)
-
-
 class FolderLock:
     """One trainer per run folder. The lock is the operating system's lock on `.lock`, not the file's existence:
     the system drops it when its process ends, however it ends, so a lock left by a killed trainer is simply taken
@@ -186,7 +173,7 @@ class FolderLock:
             return
         f = open(self.path, "a+")
         try:
-            _try_lock(f)
+            lock_file(f, wait=False)
         except OSError:
             f.seek(0)
             holder = f.read().strip() or "another process"
