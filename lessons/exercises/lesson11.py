@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from exercises import attempted, close
+from exercises import attempted, close, same_tensor
 from minwiola import atm
 from minwiola.generate import story_statistics
 from minwiola.train import learning_rate
@@ -153,5 +153,40 @@ def _diagnose(learner, steps: int, lr: float, clip: float) -> str:
             "clip, step, zero the gradients)")
 
 
+def _rank_case(sizes, seed=0):
+    """A linear model's mean-squared-error gradient, the whole batch's and each rank's shard's (the shard's own mean
+    loss, as a rank computes it), for shards of `sizes` rows."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(3, generator=g, dtype=torch.float64)
+    x = torch.randn(sum(sizes), 3, generator=g, dtype=torch.float64)
+    y = torch.randn(sum(sizes), generator=g, dtype=torch.float64)
+    grad = lambda rows: torch.func.grad(lambda v: ((x[rows] @ v - y[rows]) ** 2).mean())(w)
+    starts = [sum(sizes[:r]) for r in range(len(sizes))]
+    return grad(slice(None)), [grad(slice(s, s + n)) for s, n in zip(starts, sizes)]
+
+
+def check_7(combine) -> None:
+    """combine(rank_grads, rank_rows): the gradient of the mean loss over all rows, from each rank's gradient of its
+    own shard's mean loss and the shard's number of rows."""
+    whole, ranks = _rank_case([4, 4])
+    if not attempted(combine(ranks, [4, 4]), 7):
+        return
+    same_tensor(combine(ranks, [4, 4]), whole, "two ranks of 4 rows each", 1e-12,
+                "each rank's gradient is already a mean over its rows: the batch's mean is their average, not sum")
+    for sizes in ([4, 4, 4, 4], [8]):
+        whole, ranks = _rank_case(sizes, 1)
+        same_tensor(combine(ranks, sizes), whole, f"{len(sizes)} rank(s) of {sizes[0]} rows", 1e-12,
+                    "average the ranks' gradients: each is the gradient of a mean over its own rows")
+    sizes = [3, 5]
+    whole, ranks = _rank_case(sizes, 2)
+    plain = sum(ranks) / len(ranks)
+    got = combine(ranks, sizes)
+    hint = ("that is the plain mean of the two gradients, what DDP's all-reduce computes: with shards of 3 and 5 rows "
+            "each row of the smaller one would count 5/3 as much; weight each rank by its rows" if
+            isinstance(got, torch.Tensor) and torch.allclose(got, plain) else "weight each rank's gradient by its rows")
+    same_tensor(got, whole, "shards of 3 and 5 rows (a batch that does not split evenly)", 1e-12, hint)
+    print("Exercise 7: correct (weights by rows; with equal shards that is DDP's plain average)")
+
+
 EXERCISES = {1: "bits_per_byte", 2: "rate_at", 3: "dsff_widths", 4: "distinct", 5: "tau_for_ratio",
-             6: "train_step"}   # check -> name
+             6: "train_step", 7: "combine"}   # check -> name

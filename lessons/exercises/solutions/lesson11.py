@@ -73,6 +73,11 @@ def _forgets(part):
     return step
 
 
+def combine(rank_grads, rank_rows):
+    # rank r's gradient is the mean over its n_r rows: times n_r it is their sum; the sums add up; divide by all rows
+    return sum(g * n for g, n in zip(rank_grads, rank_rows)) / sum(rank_rows)
+
+
 # Plausible mistakes, for the test that every check catches one (tests/test_exercises.py).
 WRONG = {
     "bits_per_byte": lambda nats, nbytes: nats / nbytes,                       # forgot nats -> bits
@@ -81,5 +86,7 @@ WRONG = {
     "distinct": lambda words, n: len(set(words)) / len(words),                  # ignores n
     "tau_for_ratio": lambda rho, target: 0.92,                                  # the paper's tau, uncalibrated
     "train_step": _forgets("zero"),                                             # gradients pile up
+    "combine": lambda grads, rows: sum(grads) / len(grads),                     # DDP's plain mean: unequal shards
 }
-ALSO_WRONG = {"train_step": [_forgets("clip"), _forgets("rate")]}
+ALSO_WRONG = {"train_step": [_forgets("clip"), _forgets("rate")],
+              "combine": [lambda grads, rows: sum(grads)]}                  # summed, not averaged
