@@ -165,25 +165,40 @@ def _rank_case(sizes, seed=0):
     return grad(slice(None)), [grad(slice(s, s + n)) for s, n in zip(starts, sizes)]
 
 
+def _combine_hint(got, whole, ranks) -> str:
+    """What a wrong `combine` most likely did, judged from its answer on one case."""
+    if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(whole.shape):
+        return ""                                        # same_tensor already says what the type or shape is
+    if got.dtype != whole.dtype:
+        return f"keep the gradients' dtype ({whole.dtype}): the check compares to 1e-12"
+    if torch.allclose(got, sum(ranks)):
+        return "each rank's gradient is already a mean over its rows: the batch's mean is their average, not sum"
+    ratio = got / whole
+    if torch.allclose(ratio, ratio.flatten()[0].expand_as(ratio)):
+        return f"your answer is {ratio.flatten()[0].item():.4g} times the batch's gradient: divide by the total rows"
+    return ""
+
+
 def check_7(combine) -> None:
     """combine(rank_grads, rank_rows): the gradient of the mean loss over all rows, from each rank's gradient of its
     own shard's mean loss and the shard's number of rows."""
     whole, ranks = _rank_case([4, 4])
     if not attempted(combine(ranks, [4, 4]), 7):
         return
-    same_tensor(combine(ranks, [4, 4]), whole, "two ranks of 4 rows each", 1e-12,
-                "each rank's gradient is already a mean over its rows: the batch's mean is their average, not sum")
+    got = combine(ranks, [4, 4])
+    same_tensor(got, whole, "two ranks of 4 rows each", 1e-12, _combine_hint(got, whole, ranks))
     for sizes in ([4, 4, 4, 4], [8]):
         whole, ranks = _rank_case(sizes, 1)
-        same_tensor(combine(ranks, sizes), whole, f"{len(sizes)} rank(s) of {sizes[0]} rows", 1e-12,
-                    "average the ranks' gradients: each is the gradient of a mean over its own rows")
+        got = combine(ranks, sizes)
+        same_tensor(got, whole, f"{len(sizes)} rank(s) of {sizes[0]} rows", 1e-12, _combine_hint(got, whole, ranks))
     sizes = [3, 5]
     whole, ranks = _rank_case(sizes, 2)
     plain = sum(ranks) / len(ranks)
     got = combine(ranks, sizes)
     hint = ("that is the plain mean of the two gradients, what DDP's all-reduce computes: with shards of 3 and 5 rows "
             "each row of the smaller one would count 5/3 as much; weight each rank by its rows" if
-            isinstance(got, torch.Tensor) and torch.allclose(got, plain) else "weight each rank's gradient by its rows")
+            isinstance(got, torch.Tensor) and got.shape == plain.shape and torch.allclose(got, plain) else
+            _combine_hint(got, whole, ranks) or "weight each rank's gradient by its rows")
     same_tensor(got, whole, "shards of 3 and 5 rows (a batch that does not split evenly)", 1e-12, hint)
     print("Exercise 7: correct (weights by rows; with equal shards that is DDP's plain average)")
 

@@ -89,4 +89,6 @@ WRONG = {
     "combine": lambda grads, rows: sum(grads) / len(grads),                     # DDP's plain mean: unequal shards
 }
 ALSO_WRONG = {"train_step": [_forgets("clip"), _forgets("rate")],
-              "combine": [lambda grads, rows: sum(grads)]}                  # summed, not averaged
+              "combine": [lambda grads, rows: sum(grads),                   # summed, not averaged
+                          lambda grads, rows: sum(g * n for g, n in zip(grads, rows)),   # weighted, not divided
+                          lambda grads, rows: sum(g * n for g, n in zip(grads, rows)).float() / sum(rows)]}
