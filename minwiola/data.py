@@ -435,8 +435,10 @@ def _encoded_blocks(blocks, tokenizer, workers: int, skip: int = 0):
                 yield j, future.result()
         for j, future in pending:
             yield j, future.result()
-    finally:                                              # also on Ctrl-C or an error: drop the blocks not started
-        pool.shutdown(wait=False, cancel_futures=True)
+    except BaseException:                                 # Ctrl-C, an error, or the reader stopped early: drop the
+        pool.shutdown(wait=False, cancel_futures=True)    # blocks not started, do not wait for the ones running
+        raise
+    pool.shutdown(wait=True)                              # done: the workers exit now, not when this process does
 
 
 def _encode_block(name: str, block: bytes, tokenizer) -> np.ndarray:
