@@ -37,6 +37,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import warnings
+import zlib
 from pathlib import Path
 from typing import NamedTuple
 
@@ -277,7 +278,7 @@ def _text_blocks(paths: list[Path], on_read=None):
                     cut += len(EOT_BYTES)
                     yield path.name, block[:cut]
                     rest = block[cut:]
-            except (OSError, EOFError) as e:
+            except (OSError, EOFError, zlib.error) as e:  # zlib.error (damaged deflate data) is no OSError
                 raise DataFileError(f"cannot read {path.name}: {e}") from None
             if rest.strip():
                 yield path.name, rest

@@ -102,6 +102,22 @@ def test_truncated_gzip_is_a_clear_error(env, monkeypatch):
         data.load_stories("valid")
 
 
+@pytest.mark.parametrize("read", [data.load_stories, lambda split: list(data.iter_stories(split)),
+                                  lambda split: data.tokens(split, workers=1)],
+                         ids=["load_stories", "iter_stories", "tokens"])
+def test_damaged_deflate_data_is_a_clear_error(env, monkeypatch, read):
+    """Bytes flipped inside the compressed stream (no checksum known to catch it first): zlib raises its own
+    zlib.error, which is not an OSError; it must still be one DataFileError naming the file."""
+    folder = env / "d"
+    path = write_split(folder, "valid-x.txt.gz", corpus.builtin_stories("valid", 400), gz=True)  # ~13 KB
+    raw = bytearray(path.read_bytes())
+    raw[2000:2040] = bytes(b ^ 0xFF for b in raw[2000:2040])
+    path.write_bytes(bytes(raw))
+    monkeypatch.setenv("MINWIOLA_DATA", str(folder))
+    with pytest.raises(data.DataFileError, match="cannot read valid-x.txt.gz"):
+        read("valid")
+
+
 def test_builtin_fallback_warns_with_the_download_command(env):
     with pytest.warns(UserWarning, match="python -m minwiola.data download"):
         stories = data.load_stories("train")
