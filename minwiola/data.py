@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sys
 import threading
 import time
@@ -579,11 +580,84 @@ SYNC_EVERY = 4 << 20    # flush and fsync the .part every 4 MiB: a kill or a pow
 HEAD_BYTES = 512        # how much of the start of a body is looked at to tell stories from a web page
 
 
-class _Limits(NamedTuple):
-    """How long a download may take: `timeout` s for one read, `deadline` s in all, so until time.monotonic() `end`."""
-    timeout: float
-    deadline: float
-    end: float
+class _Limits:
+    """How long a download may take: `timeout` s for one read, `deadline` s in all (until time.monotonic() `end`).
+
+    A socket timeout bounds each read, not their sum: a server that sends one header line a second, or one byte
+    of the body every few seconds, never trips it. So while a download runs (`with limits:`) a watchdog timer
+    shuts its connections down at `end`: a read blocked then returns at once, and `over()` says it was the deadline.
+    """
+
+    def __init__(self, timeout: float, deadline: float):
+        self.timeout, self.deadline = timeout, deadline
+        self.end = time.monotonic() + deadline
+        self._sockets = []                # every connection made so far, to shut at the deadline
+        self._fired = False
+        self._lock = threading.Lock()     # a socket connects either before the watchdog fires or sees that it did
+        self._timer = threading.Timer(deadline, self._shut_all)
+        self._timer.daemon = True
+
+    def __enter__(self):
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._timer.cancel()
+
+    def over(self) -> bool:
+        """Whether the deadline has passed (so a read that just failed or ended failed because of it)."""
+        return self._fired or time.monotonic() >= self.end
+
+    def late(self, part: Path) -> DataFileError:
+        """The error for a download stopped by the deadline; what arrived before it stays in `part`."""
+        name = part.name.removesuffix(".part")
+        kept = f"what arrived is kept in {part}: run the download again to resume" if part.is_file() \
+            else "run the download again"
+        return DataFileError(f"{name}: not finished within the deadline of {self.deadline:g} s; {kept}, or allow "
+                             f"more time with --deadline")
+
+    def open(self, request: urllib.request.Request):
+        """urlopen(request), with connections the watchdog shuts at the deadline, and a socket timeout that ends
+        no later than it (which bounds the connecting, before there is a socket to shut)."""
+        http_class, https_class = self._watched(http.client.HTTPConnection), self._watched(http.client.HTTPSConnection)
+
+        class HTTP(urllib.request.HTTPHandler):
+            def http_open(self, req):
+                return self.do_open(http_class, req)
+
+        class HTTPS(urllib.request.HTTPSHandler):
+            def https_open(self, req):
+                return self.do_open(https_class, req, context=self._context)
+
+        timeout = min(self.timeout, max(self.end - time.monotonic(), 0.01))
+        return urllib.request.build_opener(HTTP, HTTPS).open(request, timeout=timeout)
+
+    def _watched(self, connection_class):
+        """`connection_class` (http.client's HTTP or HTTPS connection) whose socket joins the watched ones."""
+        limits = self
+
+        class Watched(connection_class):
+            def connect(self):
+                super().connect()
+                with limits._lock:
+                    limits._sockets.append(self.sock)
+                    if limits._fired:     # connected just after the deadline: shut at once
+                        _shut(self.sock)
+
+        return Watched
+
+    def _shut_all(self) -> None:
+        with self._lock:
+            self._fired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+
+def _shut(sock) -> None:
+    """End both directions of `sock`, which wakes a read blocked on it in another thread. The plain socket's
+    shutdown even for TLS: an SSLSocket's own would drop its TLS state under that read."""
+    with contextlib.suppress(OSError):    # already closed: nothing to wake
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 class _StartOver(Exception):
@@ -618,14 +692,14 @@ def download(split: str, dest: Path | None = None, base_url: str | None = None, 
         _check_present(final, pin.sha256)
         return final
     deadline = deadline or DEADLINE_S[split]
-    limits = _Limits(timeout or READ_TIMEOUT_S, deadline, time.monotonic() + deadline)
     url = f"{base_url}/{name}"
-    try:
-        got = _fetch(url, part, pin, limits, progress)
-    except _StartOver as why:
-        print(f"{name}: {why}; deleted {part.name}, downloading again from the start")
-        part.unlink()
-        got = _fetch(url, part, pin, limits, progress)  # from byte 0 now, so it cannot start over again
+    with _Limits(timeout or READ_TIMEOUT_S, deadline) as limits:
+        try:
+            got = _fetch(url, part, pin, limits, progress)
+        except _StartOver as why:
+            print(f"{name}: {why}; deleted {part.name}, downloading again from the start")
+            part.unlink()
+            got = _fetch(url, part, pin, limits, progress)  # from byte 0 now, so it cannot start over again
     _install(part, final, got)
     print(f"{name}: {final.stat().st_size:,} bytes, sha256 {got}")
     return final
@@ -679,7 +753,7 @@ def _fetch(url: str, part: Path, pin: Pin, limits: _Limits, progress: bool) -> s
     have = _usable_part(part, pin)
     if pin.size is not None:
         _check_space(part.parent, pin.size - have, name)
-    response = _request(url, have, pin, limits.timeout)
+    response = _request(url, part, have, pin, limits)
     if response is None:  # the server has no byte after `have`: the .part is already the whole file
         start, total = have, have
     else:
@@ -713,11 +787,31 @@ def _check_space(folder: Path, need: int, name: str) -> None:
                             f"{free / 1e9:.2f} GB free; free some space or choose another --dest")
 
 
-def _request(url: str, have: int, pin: Pin, timeout: float):
-    """The server's reply to a GET of `url` from byte `have`, or None if the `.part` is already whole."""
+def _request(url: str, part: Path, have: int, pin: Pin, limits: _Limits):
+    """The server's reply to a GET of `url` from byte `have`, or None if the `.part` is already whole.
+
+    Connecting and reading the status and headers are bounded by the deadline, not only by the timeout.
+    """
+    if limits.over():
+        raise limits.late(part)
+    try:
+        response = _open(url, have, pin, limits)
+    except DataFileError:
+        if limits.over():  # the watchdog shut the connection: that is the failure to report
+            raise limits.late(part) from None
+        raise
+    if limits.over():      # headers cut short by the watchdog read as complete ones: do not trust them
+        if response is not None:
+            response.close()
+        raise limits.late(part)
+    return response
+
+
+def _open(url: str, have: int, pin: Pin, limits: _Limits):
+    """_request's work: the reply, None, or every failure as a DataFileError (or _StartOver)."""
     headers = {"Range": f"bytes={have}-"} if have else {}
     try:
-        return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+        return limits.open(urllib.request.Request(url, headers=headers))
     except urllib.error.HTTPError as e:
         if e.code == 416 and have:  # no byte at offset `have`: the .part is whole, or longer than the file
             total = _content_range(e.headers.get("Content-Range"))[1] or pin.size
@@ -807,9 +901,9 @@ def _stream(response, part: Path, url: str, start: int, total: int | None, limit
     """
     from tqdm.auto import tqdm
     name = part.name.removesuffix(".part")
-    block = _read_block(response, part, limits.timeout)
+    block = _read_block(response, part, limits)
     if start == 0:  # a fresh file: look at its first bytes before a stale .part is overwritten
-        while block and len(block) < HEAD_BYTES and (more := _read_block(response, part, limits.timeout)):
+        while block and len(block) < HEAD_BYTES and (more := _read_block(response, part, limits)):
             block += more
         problem = _not_stories(block)
         if problem:
@@ -827,11 +921,7 @@ def _stream(response, part: Path, url: str, start: int, total: int | None, limit
                     if unsaved >= SYNC_EVERY:
                         _save(f)
                         unsaved = 0
-                    if time.monotonic() > limits.end:
-                        raise DataFileError(f"{name}: not finished within the deadline of {limits.deadline:g} s; what "
-                                            f"arrived is kept in {part}: run the download again to resume, or "
-                                            f"allow more time with --deadline")
-                    block = _read_block(response, part, limits.timeout)
+                    block = _read_block(response, part, limits)
             finally:
                 _save(f)  # whatever stopped the loop, keep what arrived
     except OSError as e:  # only the disk raises OSError here: network errors are DataFileErrors by now
@@ -840,17 +930,25 @@ def _stream(response, part: Path, url: str, start: int, total: int | None, limit
         raise DataFileError(f"cannot write {part} ({why}), then run the download again to resume") from None
 
 
-def _read_block(response, part: Path, timeout: float) -> bytes:
-    """The next piece of the body (b"" at its end), with network failures as one clear DataFileError."""
+def _read_block(response, part: Path, limits: _Limits) -> bytes:
+    """The next piece of the body (b"" at its end), with network failures and the deadline as one clear
+    DataFileError. Every read checks the deadline, so a body dripped a byte at a time still stops there."""
     name = part.name.removesuffix(".part")
+    if limits.over():
+        raise limits.late(part)
     try:
-        return response.read1(BLOCK)  # what has arrived, up to BLOCK: a trickle never hides the deadline
-    except TimeoutError:
-        raise DataFileError(f"{name}: no data from the server for {timeout:g} s (read timeout); anything "
-                            f"received is kept in {part}: run the download again to resume") from None
+        block = response.read1(BLOCK)  # what has arrived, up to BLOCK: a trickle never hides the deadline
     except (OSError, http.client.HTTPException) as e:
+        if limits.over():  # the watchdog shut the connection, or the socket timeout ran to the deadline
+            raise limits.late(part) from None
+        if isinstance(e, TimeoutError):
+            raise DataFileError(f"{name}: no data from the server for {limits.timeout:g} s (read timeout); "
+                                f"anything received is kept in {part}: run the download again to resume") from None
         raise DataFileError(f"{name}: the connection broke ({type(e).__name__}: {e}); anything received is "
                             f"kept in {part}: run the download again to resume") from None
+    if not block and limits.over():  # the watchdog's shutdown reads as the end of the body
+        raise limits.late(part)
+    return block
 
 
 def _save(f) -> None:

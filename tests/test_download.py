@@ -36,10 +36,15 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
     body: bytes | None = None         # send this instead of the file (e.g. a web page)
     trickle = 0.0                     # seconds to wait between pieces of 1,000 bytes
     stall_after: int | None = None    # send this many bytes, then stay quiet for STALL_S seconds and hang up
+    drip = 0.0                        # seconds to wait between single bytes of the body
+    header_drip = 0.0                 # seconds to wait between header lines, sent for ever (a slowloris)
 
     def do_GET(self):
         path = Path(self.directory) / self.path.lstrip("/")
         RangeHandler.log.append((self.path, self.headers.get("Range")))
+        if RangeHandler.header_drip:
+            self.send_headers_slowly()
+            return
         if not path.is_file():
             self.send_error(404, "Not Found")
             return
@@ -76,15 +81,28 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
         if RangeHandler.stall_after is not None:
             self.wfile.write(payload[:RangeHandler.stall_after])
             time.sleep(STALL_S)
-        elif RangeHandler.trickle:
+        elif RangeHandler.trickle or RangeHandler.drip:
+            piece, wait = (1, RangeHandler.drip) if RangeHandler.drip else (1000, RangeHandler.trickle)
             stop = time.monotonic() + 5
-            for i in range(0, len(payload), 1000):
+            for i in range(0, len(payload), piece):
                 if time.monotonic() > stop:
                     return
-                self.wfile.write(payload[i:i + 1000])
-                time.sleep(RangeHandler.trickle)
+                self.wfile.write(payload[i:i + piece])
+                time.sleep(wait)
         else:
             self.wfile.write(payload)
+
+    def send_headers_slowly(self):
+        """A status line, then one header line every `header_drip` s: each read succeeds, the reply never ends
+        (here: for 5 s, then the server hangs up)."""
+        try:
+            self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+            stop = time.monotonic() + 5
+            while time.monotonic() < stop:
+                self.wfile.write(b"X-Wait: a little longer\r\n")
+                time.sleep(RangeHandler.header_drip)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up
 
     def log_message(self, *args):
         pass
@@ -92,7 +110,7 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
 
 MISBEHAVIOURS = {name: getattr(RangeHandler, name) for name in
                  ("cut_after", "send_length", "ignore_range", "range_shift", "content_type", "body", "trickle",
-                  "stall_after")}
+                  "stall_after", "drip", "header_drip")}
 
 
 @pytest.fixture
@@ -329,6 +347,19 @@ def test_a_trickling_server_hits_the_deadline_and_the_part_is_resumed(server, tm
     data.download("valid", dest, base_url=url, progress=False)
     assert RangeHandler.log[-1][1] == f"bytes={have}-"
     assert (dest / VALID).read_bytes() == content
+
+
+@pytest.mark.parametrize("misbehaviour", ["drip", "header_drip"])
+def test_a_slow_start_hits_the_deadline(server, tmp_path, capsys, misbehaviour):
+    """A body's first bytes dripped one at a time (it takes 512 of them to tell stories from a web page), or
+    header lines sent one by one: every read succeeds well within --timeout, yet --deadline ends the download."""
+    url, _ = server
+    setattr(RangeHandler, misbehaviour, 0.05)                          # 512 bytes: 26 s; headers: never done
+    started = time.monotonic()
+    assert cli(url, tmp_path / "dl", "--deadline", "1", "--timeout", "5") == 1
+    assert time.monotonic() - started < 3                              # the server goes on for 5 s
+    assert "TinyStories-valid.txt: not finished within the deadline of 1 s" in error_line(capsys)
+    assert not (tmp_path / "dl" / VALID).exists()
 
 
 def test_read_timeout_is_one_error_line(server, tmp_path, capsys):
