@@ -19,6 +19,8 @@ against SHA256SUMS when it is loaded again.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import io
 import json
 import os
 import shutil
@@ -39,6 +41,9 @@ SUMS = "SHA256SUMS"
 # Everything the trainer may create in a run folder; --overwrite deletes these names and nothing else.
 OWN = (MARKER, "config.json", "metrics.jsonl", "samples.txt", "loss.png",
        *(f"{name}{end}" for name in ("checkpoint", "best") for end in ("", ".tmp", ".old")))
+
+
+NO_SPACE = os.strerror(errno.ENOSPC)                  # "No space left on device"
 
 
 class RunFolderError(ValueError):
@@ -210,13 +215,22 @@ def _fsync(path: Path) -> None:
 def save_atomically(out: Path, name: str, write: Callable[[Path], None]) -> None:
     """Let `write(folder)` fill NAME.tmp/, record every file's sha256 in SHA256SUMS, flush all of it to disk, then
     swap it in: the old NAME/ moves to NAME.old/, NAME.tmp/ becomes NAME/, NAME.old/ is deleted. At every instant
-    a complete NAME/ or NAME.old/ exists, and what is under a real name is on the disk."""
+    a complete NAME/ or NAME.old/ exists, and what is under a real name is on the disk. If writing fails (a full
+    disk: OSError ENOSPC), NAME.tmp/ is deleted and NAME/ stays as it was."""
     tmp, final, old = out / f"{name}.tmp", out / name, out / f"{name}.old"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    write(tmp)
-    files = sorted(p for p in tmp.iterdir() if p.is_file())
-    (tmp / SUMS).write_text("".join(f"{sha256_file(p)}  {p.name}\n" for p in files))
+    try:
+        write(tmp)
+        files = sorted(p for p in tmp.iterdir() if p.is_file())
+        (tmp / SUMS).write_text("".join(f"{sha256_file(p)}  {p.name}\n" for p in files))
+    except Exception as e:
+        shutil.rmtree(tmp, ignore_errors=True)          # half a checkpoint is of no use: give its space back
+        if getattr(e, "errno", None) == errno.ENOSPC or NO_SPACE in str(e):
+            # one OSError naming the folder, whichever writer met the full disk: safetensors reports it as its own
+            # error type with the system's words inside, so the trainer could not tell it to "free space, --resume"
+            raise OSError(errno.ENOSPC, NO_SPACE, str(tmp)) from None
+        raise
     for p in [*files, tmp / SUMS, tmp]:
         _fsync(p)
     if final.exists():
@@ -287,7 +301,17 @@ def save_checkpoint(out: Path, model: LanguageModel, tokenizer, state: dict) -> 
     the file back exactly, whatever the stories say."""
     samples = out / "samples.txt"
     state = {**state, "samples_bytes": samples.stat().st_size if samples.exists() else 0}
-    save_weights(out, "checkpoint", model, tokenizer, {"trainer_state.pt": lambda path: torch.save(state, path)})
+    save_weights(out, "checkpoint", model, tokenizer, {"trainer_state.pt": lambda path: torch_save(state, path)})
+
+
+def torch_save(obj, path: Path) -> None:
+    """`torch.save(obj, path)`, except that a full disk raises OSError(ENOSPC), as any Python write does. torch's
+    own file writer reports a full disk as a RuntimeError ("unexpected pos 9408 vs 9300"), which would end the
+    trainer in a traceback instead of one line saying to free some space and --resume. So the state is
+    serialised in memory (a second copy of it, for a moment) and its bytes are written by Python."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    path.write_bytes(buffer.getbuffer())
 
 
 def trainer_state_problem(state) -> str | None:

@@ -248,6 +248,49 @@ def test_a_full_disk_is_one_error_line_and_the_last_checkpoint_survives(small_da
     assert train.main(cli(out, "--resume")) == 0
 
 
+@pytest.mark.parametrize("file", ["trainer_state.pt", "model.safetensors"])
+def test_a_disk_that_fills_up_inside_a_checkpoint_is_one_error_line_and_resumes_exactly(small_data, tmp_path, capsys,
+                                                                                        monkeypatch, file):
+    """The second checkpoint (step 4) meets a full disk inside `file`. On a real full disk (a 10 MB tmpfs) torch's
+    own file writer raises RuntimeError ("unexpected pos ...") and safetensors its SafetensorError: neither is the
+    OSError the trainer turns into "free some space, --resume". trainer_state.pt is written through a link to
+    /dev/full (the kernel's own ENOSPC, whatever writes it); safetensors replaces a link, so its error is imitated
+    with the words it used on the tmpfs."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full (Linux)")
+
+    def no_space(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    def on_a_full_disk(write):
+        def write_there(tmp):
+            if file == "trainer_state.pt":
+                (tmp / file).symlink_to("/dev/full")
+                write(tmp)
+            else:
+                with monkeypatch.context() as patch:
+                    patch.setattr(safetensors.torch, "save_file", no_space)
+                    write(tmp)
+        return write_there
+
+    out, real, checkpoints = tmp_path / "run", runs.save_atomically, []
+
+    def fills_up(folder, name, write):
+        checkpoints.append(name == "checkpoint" and folder == out)
+        real(folder, name, on_a_full_disk(write) if checkpoints.count(True) == 2 and checkpoints[-1] else write)
+    monkeypatch.setattr(runs, "save_atomically", fills_up)
+    assert train.main(cli(out)) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "No space left" in line and "checkpoint.tmp" in line and "--resume" in line
+    assert not (out / "checkpoint.tmp").exists()                  # the half-written one gave its space back
+    runs.verify_folder(out / "checkpoint")
+    assert torch.load(out / "checkpoint" / "trainer_state.pt", weights_only=True)["step"] == 2
+    assert train.main(cli(out, "--resume")) == 0                   # the disk has room again
+    assert (out / "checkpoint" / "model.safetensors").read_bytes() == finished_run(tmp_path / "whole")[1]
+
+
 def test_a_nan_before_the_first_checkpoint_says_there_is_none(small_data, tmp_path, capsys):
     out = tmp_path / "run"
     trainer = Trainer(tiny(), out, progress=False, quiet=True)
