@@ -46,6 +46,16 @@ def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
 
 
+def check_seed(seed: int, name: str = "seed") -> None:
+    """Raise ValueError (naming `name`, e.g. the option "--seed") unless `seed` is one of the 2**64 seeds torch's
+    random generators have, 0 to 2**64 - 1. A larger one fails deep inside torch with "Overflow when unpacking long
+    long", which does not say what to fix; a negative one would be read modulo 2**64 (-1 is 2**64 - 1), so it
+    names no seed of its own."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**64:
+        raise ValueError(f"{name} must be an integer from 0 to 2**64 - 1 (the seeds torch's random generators "
+                         f"have), got {seed!r}")
+
+
 def check_logits(logits: torch.Tensor) -> None:
     """Raise ValueError on logits no token can honestly be picked from: NaN or +inf anywhere (argmax would return
     the NaN's index as if it were the best token, and softmax turns either into NaN), or a row of -inf only (every
@@ -105,6 +115,7 @@ def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, t
     `n_ids`: only ids below it are ever produced. A model's vocabulary may be padded beyond its tokenizer's (a
     multiple of 64 runs faster on GPUs); the padding ids stand for no text, so they are ruled out here."""
     check_sampling(temperature, top_k, top_p)
+    check_seed(seed)
     if n_ids is not None and not 1 <= n_ids <= model.config.vocab_size:
         raise ValueError(f"n_ids must be in [1, vocab_size={model.config.vocab_size}], got {n_ids}")
     if idx.dim() != 2 or idx.shape[1] < 1:
@@ -178,6 +189,7 @@ def fill_stories(model: LanguageModel, tokenizer, idx: torch.Tensor, new_tokens:
     """A diffusion model's continuation of idx (B, T): `new_tokens` [MASK] ids appended and filled by
     `diffusion.sample` (rule "confidence", blocks of `block` left to right, one step per new token). Ids the
     tokenizer does not have (the mask, and any padding of the vocabulary) are never produced."""
+    check_seed(seed)
     mask = diffusion.mask_id(model.config)
     if mask < tokenizer.vocab_size:
         raise ValueError(f"the model's [MASK] id {mask} is a token of the tokenizer ({tokenizer.vocab_size} ids): "
@@ -259,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the same seed writes the same story")
     args = parser.parse_args(argv)
     try:
+        check_seed(args.seed, "--seed")                  # before the model is read: a mistake costs nothing
         model, tokenizer = load_model(args.run)
         if not model.config.causal:
             print(f"(a diffusion model, causal=False: {args.tokens} masks filled by unmasking, one forward pass "

@@ -88,7 +88,7 @@ import torch
 import torch.distributed as dist
 
 from . import budget, data, diffusion, quick_mode, runs
-from .generate import generate
+from .generate import check_seed, generate
 from .model import LanguageModel, ModelConfig, check_field_types, field_types, next_token_loss, preset
 from .runs import RunFolderError, plot_run, read_metrics  # noqa: F401 (lessons import them from here)
 from .tokenizer import default_tokenizer
@@ -157,6 +157,7 @@ class TrainConfig:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if not isinstance(self.overrides, dict):
             raise ValueError(f"overrides must be a dict of model config fields, got {self.overrides!r}")
+        check_seed(self.seed)
 
     def model_config(self, tokenizer=None) -> ModelConfig:
         """The model's config; with `tokenizer`, also checked to fit it and these settings."""
@@ -898,6 +899,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     cfg = trainer = None
     try:
         rank, world, _ = launched_ranks()
+        check_seed(values["seed"], "--seed")              # TrainConfig checks it too, but names no option
         cfg = TrainConfig(**values, overrides=parse_overrides(parser, args.set))
         if rank == 0:
             announce(cfg, world)

@@ -517,3 +517,19 @@ def test_the_main_job_reports_a_damaged_best_in_one_line(small_data, tmp_path, c
     damage(out / "best" / "model.safetensors", "flip")
     assert main(["--out", str(out), "--resume", "--batch-size", "2", "--block-size", "16", *TINY_SET]) == 1
     assert "damaged" in one_error_line(capsys.readouterr().err)
+
+
+def test_a_seed_torch_cannot_take_is_one_error_line_naming_seed(small_data, tmp_path, capsys):
+    from minwiola.generate import generate_ids
+    from minwiola.generate import main as generate_main
+    for seed in (str(10**23), str(2**64), "-1"):
+        assert train.main(cli(tmp_path / "run", "--seed", seed)) == 1
+        assert "--seed must be an integer from 0 to 2**64 - 1" in one_error_line(capsys.readouterr().err)
+        assert generate_main(["--tokens", "3", "--seed", seed]) == 1                 # the shipped model
+        assert "--seed must be an integer from 0 to 2**64 - 1" in one_error_line(capsys.readouterr().err)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="seed must be"):
+        tiny(seed=2**64)
+    with pytest.raises(ValueError, match="seed must be"):
+        generate_ids(LanguageModel(preset("tiny-llama")), torch.zeros(1, 1, dtype=torch.long), 2, seed=10**23)
+    assert generate_main(["--tokens", "3", "--seed", str(2**64 - 1)]) == 0             # the largest seed works
