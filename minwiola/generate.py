@@ -24,6 +24,7 @@ definitions written down; `STORY_MODEL` is the small trained model that ships wi
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import sys
@@ -32,8 +33,8 @@ from pathlib import Path
 import torch
 
 from . import diffusion
-from .model import LanguageModel
-from .runs import SUMS, verify_folder
+from .model import LanguageModel, ModelConfig
+from .runs import SUMS, build_model, verify_folder
 from .tokenizer import Tokenizer, default_tokenizer
 
 
@@ -240,6 +241,15 @@ def story_statistics(texts: list[str], n_words: int = 100) -> dict:
             "distinct_2": statistics.mean(distinct_2), "repetition_2": 1 - statistics.mean(distinct_2)}
 
 
+def saved_config(folder: Path) -> ModelConfig | None:
+    """The model config in folder/config.json, to size the model before it is built; None if the file does not
+    hold one (`LanguageModel.from_pretrained` then says what is wrong with it)."""
+    try:
+        return ModelConfig(**json.loads((folder / "config.json").read_text()))
+    except (OSError, ValueError, TypeError):          # missing, not JSON, not a dict, unknown or bad fields
+        return None
+
+
 def load_model(folder: str | Path) -> tuple[LanguageModel, "Tokenizer"]:
     """A trained model and its tokenizer from a run folder (its best/ weights, else checkpoint/) or a folder
     written by `save_pretrained`. A run folder's files are checked against their SHA256SUMS first. The tokenizer
@@ -251,7 +261,8 @@ def load_model(folder: str | Path) -> tuple[LanguageModel, "Tokenizer"]:
             break
     if (folder / SUMS).is_file():
         verify_folder(folder)
-    model = LanguageModel.from_pretrained(folder)
+    model = build_model(lambda: LanguageModel.from_pretrained(folder), saved_config(folder),
+                        f"from {folder / 'config.json'}")
     saved = folder / "tokenizer.bpe"
     return model, Tokenizer.load(saved) if saved.is_file() else default_tokenizer()
 

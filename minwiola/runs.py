@@ -27,11 +27,12 @@ import shutil
 import socket
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 import numpy as np
 import torch
 
+from . import budget
 from .data import lock_file, sha256_file
 from .model import ADDED_LATER, LanguageModel, ModelConfig
 
@@ -334,6 +335,48 @@ def first_line(error: BaseException, limit: int = 160) -> str:
     """An exception's message cut to its first line (and `limit` characters), for a one-line error."""
     text = (str(error).strip() or type(error).__name__).splitlines()[0]
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# ------------------------------------------------------------------------------------------ building a model
+FLOAT32_BYTES = 4             # a model is built in float32 (a cast to bf16 or fp16 comes after): 4 bytes a parameter
+Built = TypeVar("Built")
+
+
+def available_memory() -> int | None:
+    """Bytes of memory a new allocation can have now, or None where this platform does not say (Windows): Linux's
+    MemAvailable (free memory plus the caches the system can drop), else the physical memory (sysconf: macOS and
+    other Unixes), an upper bound."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024          # the file counts kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def build_model(make: Callable[[], Built], config: ModelConfig | None, where: str) -> Built:
+    """`make()`, which builds a model of `config`, or one ValueError starting "cannot build the model {where}". The
+    size is checked before anything is allocated: a forged or mistyped config.json (d=4096, n_layers=1000 is about
+    2 * 10^11 parameters) would otherwise take the machine's memory layer by layer. The check counts the float32
+    weights alone (optimizer state and activations come on top), so it refuses only what cannot fit; it is skipped
+    where the platform does not say how much memory there is, or `config` is None (unreadable: `make` says why).
+    A build that runs out of memory all the same (torch's RuntimeError, MemoryError) is the same one error."""
+    available = available_memory()
+    if config is not None and available is not None:
+        count = budget.count_params(config)
+        if count * FLOAT32_BYTES > available:
+            raise ValueError(f"cannot build the model {where}: its {count:,} parameters need "
+                             f"{count * FLOAT32_BYTES / 2**30:,.1f} GiB as float32, more than the "
+                             f"{available / 2**30:,.1f} GiB of memory available")
+    try:
+        return make()
+    except (RuntimeError, MemoryError) as e:             # out of memory after all (or an allocator's limit)
+        raise ValueError(f"cannot build the model {where}: {first_line(e)}") from None
 
 
 def load_checkpoint(out: Path, model_record: dict) -> tuple[dict, dict]:

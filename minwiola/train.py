@@ -522,10 +522,8 @@ class Trainer:
         torch.manual_seed(cfg.seed)                       # the same initial weights in every process
         self.stop_requested = False                       # set by Ctrl-C; the loop stops at the next step boundary
         self.half_step = False                            # a second Ctrl-C stopped a step midway: state unusable
-        try:
-            self.model = LanguageModel(model_cfg).to(self.device)
-        except (RuntimeError, MemoryError) as e:          # a model too big for this machine
-            raise ValueError(f"cannot build the model on {self.device}: {runs.first_line(e)}") from None
+        self.model = runs.build_model(lambda: LanguageModel(model_cfg).to(self.device), model_cfg,
+                                      f"on {self.device}")      # a model too big for this machine: one line
         self.model.activation_checkpointing = cfg.activation_checkpointing
         self.forward = torch.compile(self.model) if cfg.compile else self.model
         self.opt = make_optimizer(self.model, cfg, fused_adamw(self.device))

@@ -533,3 +533,32 @@ def test_a_seed_torch_cannot_take_is_one_error_line_naming_seed(small_data, tmp_
     with pytest.raises(ValueError, match="seed must be"):
         generate_ids(LanguageModel(preset("tiny-llama")), torch.zeros(1, 1, dtype=torch.long), 2, seed=10**23)
     assert generate_main(["--tokens", "3", "--seed", str(2**64 - 1)]) == 0             # the largest seed works
+
+
+def test_a_model_too_big_for_memory_is_refused_before_it_is_built(small_data, tmp_path, capsys, monkeypatch):
+    """A forged or mistyped config.json (the review's d=4096, n_layers=1000: 2 * 10^11 parameters) would take the
+    machine's memory layer by layer. Here the machine is made small instead, so that a missing check builds only
+    a tiny model."""
+    from minwiola import budget
+    from minwiola.generate import main as generate_main
+    assert runs.available_memory() is None or runs.available_memory() > 0
+    folder = tmp_path / "model"
+    config = preset("tiny-llama", vocab_size=4096)
+    LanguageModel(config).save_pretrained(folder)
+    count = budget.count_params(config)
+    monkeypatch.setattr(runs, "available_memory", lambda: 4 * count - 1, raising=False)     # float32: 4 bytes each
+    assert generate_main([str(folder)]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert f"cannot build the model from {folder / 'config.json'}: its {count:,} parameters need" in line
+    monkeypatch.setattr(runs, "available_memory", lambda: 4 * count)
+    assert generate_main([str(folder), "--tokens", "2"]) == 0                             # just fits
+    monkeypatch.setattr(runs, "available_memory", lambda: 1000)
+    assert train.main(cli(tmp_path / "run")) == 1
+    assert "cannot build the model on cpu: its" in one_error_line(capsys.readouterr().err)
+    monkeypatch.setattr(runs, "available_memory", lambda: None)       # a platform that does not say: no check
+
+    def allocator_fails(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory")
+    monkeypatch.setattr(LanguageModel, "from_pretrained", allocator_fails)
+    assert generate_main([str(folder)]) == 1                 # out of memory all the same: the same one line
+    assert "cannot build the model from" in one_error_line(capsys.readouterr().err)
