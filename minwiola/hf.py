@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -35,6 +36,7 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, Gener
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .model import LanguageModel, ModelConfig, load_weights, next_token_loss
+from .runs import build_model, first_line
 from .tokenizer import EOT, Tokenizer
 
 MODEL_TYPE = "wiola"
@@ -145,7 +147,7 @@ class WiolaForCausalLM(PreTrainedModel, GenerationMixin):
             raise FileNotFoundError(f"{folder / 'model.safetensors'} not found: minwiola.hf loads a local folder "
                                     "that to_hf or save_pretrained wrote (nothing is downloaded)")
         config = config if config is not None else WiolaConfig.from_pretrained(folder)
-        model = cls(config)
+        model = build_model(lambda: cls(config), config.model_config(), f"from {folder / 'config.json'}")
         load_weights(model.model, folder / "model.safetensors", prefix=cls.base_model_prefix + ".")
         if dtype not in (None, "auto"):
             model = model.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
@@ -237,6 +239,12 @@ def byte_to_unicode() -> dict[int, str]:
     return table
 
 
+def hf_text(token: bytes) -> str:
+    """A token's bytes as tokenizer.json spells them, one `byte_to_unicode` character a byte."""
+    table = byte_to_unicode()
+    return "".join(table[b] for b in token)
+
+
 def hf_merges(tokenizer: Tokenizer) -> list[tuple[bytes, bytes]]:
     """Merges in the Hugging Face sense, (left, right) pairs in priority order, for our ranks.
 
@@ -264,13 +272,8 @@ def hf_tokenizer(tokenizer: Tokenizer, chat: bool = True, merges: list[tuple[byt
     token; our `encode` reads them as text unless `allowed_special=True` (equal ids then)."""
     from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
     from tokenizers import Tokenizer as RustTokenizer
-    u = byte_to_unicode()
-
-    def text(b: bytes) -> str:
-        return "".join(u[x] for x in b)
-
-    bpe = models.BPE(vocab={text(b): i for i, b in enumerate(tokenizer.vocab)},
-                     merges=[(text(a), text(b)) for a, b in (hf_merges(tokenizer) if merges is None else merges)],
+    bpe = models.BPE(vocab={hf_text(b): i for i, b in enumerate(tokenizer.vocab)},
+                     merges=[(hf_text(a), hf_text(b)) for a, b in (hf_merges(tokenizer) if merges is None else merges)],
                      ignore_merges=True)                   # a piece that is itself a token is that token (as ours)
     rust = RustTokenizer(bpe)
     rust.normalizer = normalizers.NFC()
@@ -296,11 +299,35 @@ def course_tokenizer(fast: PreTrainedTokenizerFast, n_ids: int | None = None) ->
     by_id = sorted((i, s) for s, i in data["model"]["vocab"].items())
     if [i for i, _ in by_id] != list(range(len(by_id))):
         raise ValueError("tokenizer.json's vocabulary has gaps in its ids: not one written by minwiola.hf")
+    outside = next((f"{s!r} (id {i})" for i, s in by_id if not set(s) <= from_unicode.keys()), None)
+    if outside:
+        raise ValueError(f"the vocabulary entry {outside} has characters outside the byte-level alphabet")
     vocab = [bytes(from_unicode[c] for c in s) for _, s in by_id]
     split = data["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"]
     specials = [t["content"] for t in sorted(data["added_tokens"], key=lambda t: t["id"])
                 if n_ids is None or t["id"] < n_ids]
     return Tokenizer(vocab, specials, split)
+
+
+def tokenizer_difference(fast: PreTrainedTokenizerFast, tokenizer: Tokenizer) -> str | None:
+    """Where `fast` (a folder's tokenizer) and `tokenizer` (what `course_tokenizer` read from it) could give
+    different ids, or None. `course_tokenizer` keeps only the vocabulary, the regex and the special tokens, and
+    takes the rest, the merge rules above all, to be what `hf_tokenizer` writes for that vocabulary. A file whose
+    rules were changed (say, its last 600 merges dropped) is still a valid tokenizer, so only comparing them finds
+    it: the first merge rule that differs, else every other part that does."""
+    theirs = json.loads(fast.backend_tokenizer.to_str())
+    ours = json.loads(hf_tokenizer(tokenizer, chat=False).backend_tokenizer.to_str())
+    pairs = itertools.zip_longest(theirs["model"].pop("merges"), ours["model"].pop("merges"))
+    for i, (rule, want) in enumerate(pairs):
+        if rule != want:
+            return (f"merge rule {i} is {tuple(rule) if rule else '(none)'} there, but "
+                    f"{tuple(want) if want else '(none)'} for its vocabulary")
+    model = theirs["model"], ours["model"]
+    parts = [f"model.{key}" for key in sorted(model[0].keys() | model[1].keys())
+             if model[0].get(key) != model[1].get(key)]
+    parts += [part for part in ("normalizer", "pre_tokenizer", "post_processor", "decoder")
+              if theirs.get(part) != ours.get(part)]
+    return f"it differs from what minwiola.hf writes in {', '.join(parts)}" if parts else None
 
 
 def parse_chat(text: str) -> list[dict]:
@@ -346,20 +373,50 @@ def to_hf(source: str | Path, target: str | Path) -> Path:
     return target
 
 
+def _needs(path: Path) -> None:
+    """FileNotFoundError naming `path` if the folder lacks it."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: is {path.parent} a Hugging Face model folder that to_hf wrote?")
+
+
 def from_hf(source: str | Path, target: str | Path) -> Path:
     """The inverse of `to_hf`: the course folder (`LanguageModel.save_pretrained` with its `tokenizer.bpe`) from a
-    Hugging Face folder of model_type "wiola". `target` must be new or empty."""
+    Hugging Face folder of model_type "wiola". `target` must be new or empty. A folder to_hf could not have written
+    (a file missing, a config.json that is no JSON object, a model too big for this machine's memory, a
+    tokenizer.json that cannot be read or whose rules differ from those its vocabulary gives) is refused with one
+    error naming the file, before anything is written."""
     source, target = Path(source), Path(target)
-    if not (source / "config.json").is_file():
-        raise FileNotFoundError(f"{source / 'config.json'} not found: is {source} a Hugging Face model folder?")
-    model_type = json.loads((source / "config.json").read_text()).get("model_type")
-    if model_type != MODEL_TYPE:
-        raise ValueError(f"{source} holds a model of type {model_type!r}, not {MODEL_TYPE!r}")
+    config_file = source / "config.json"
+    _needs(config_file)
+    try:
+        fields = json.loads(config_file.read_text())
+    except ValueError as e:                          # not JSON, or not UTF-8 (UnicodeDecodeError is a ValueError)
+        raise ValueError(f"{config_file} is not valid JSON ({e})") from None
+    if not isinstance(fields, dict):
+        raise ValueError(f"{config_file} holds a {type(fields).__name__}, not a model config")
+    if fields.get("model_type") != MODEL_TYPE:
+        raise ValueError(f"{source} holds a model of type {fields.get('model_type')!r}, not {MODEL_TYPE!r}")
+    _needs(source / "tokenizer.json")            # else transformers says only that it found no tokenizer it can use
     wrapper = WiolaForCausalLM.from_pretrained(source)
-    fast = AutoTokenizer.from_pretrained(source)
-    tokenizer = course_tokenizer(fast, n_ids=wrapper.model.config.vocab_size)
+    tokenizer = read_tokenizer(source, n_ids=wrapper.model.config.vocab_size)
     _fresh_folder(target)
     return wrapper.model.save_pretrained(target, tokenizer=tokenizer)
+
+
+def read_tokenizer(folder: Path, n_ids: int) -> Tokenizer:
+    """The course's tokenizer from folder/tokenizer.json (`course_tokenizer`), or a ValueError naming the file when
+    it cannot be read as one or would give other ids than the folder's own tokenizer (`tokenizer_difference`)."""
+    path = folder / "tokenizer.json"
+    try:
+        fast = AutoTokenizer.from_pretrained(folder)
+        tokenizer = course_tokenizer(fast, n_ids)
+    except Exception as e:       # the tokenizers library raises a plain Exception ("Token `qq` out of vocabulary")
+        raise ValueError(f"{path} is not a tokenizer minwiola.hf can convert ({first_line(e)})") from None
+    difference = tokenizer_difference(fast, tokenizer)
+    if difference:
+        raise ValueError(f"{path}: {difference}; converted, it would give other ids than the folder's own "
+                         "tokenizer, so nothing is written")
+    return tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@ conversion both ways, offline. Skipped as a whole when `transformers` is not ins
 import json
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -362,3 +363,97 @@ def test_conversion_never_overwrites_and_errors_are_one_line(tmp_path, story_hf)
         assert done.returncode == 1 and done.stdout == ""
         assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
     assert not (tmp_path / "y").exists() and not (tmp_path / "z").exists()
+
+
+# --- from-hf refuses what to_hf could not have written (reliability review: h02-h06, h09, h03) ---------------
+
+def edited_copy(story_hf, folder, tokenizer_edit=None):
+    """A copy of the converted story model in `folder`, its tokenizer.json changed by `tokenizer_edit(data)`."""
+    shutil.copytree(story_hf, folder)
+    if tokenizer_edit is not None:
+        data = json.loads((folder / "tokenizer.json").read_text())
+        tokenizer_edit(data)
+        (folder / "tokenizer.json").write_text(json.dumps(data))
+    return folder
+
+
+def from_hf_error(folder, capsys) -> str:
+    """The one `error:` line of `python -m minwiola.hf from-hf FOLDER NEW` (run in this process), which writes
+    nothing."""
+    target = folder.parent / "converted"
+    assert hf.main(["from-hf", str(folder), str(target)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert not target.exists()
+    return err
+
+
+def as_written(rule):
+    """A merge rule (two byte strings) as tokenizer.json spells it."""
+    return tuple(map(hf.hf_text, rule))
+
+
+def test_from_hf_refuses_a_tokenizer_whose_rules_were_edited(story_hf, tmp_path, capsys):
+    """The last 600 merges dropped, or two swapped, is still a valid tokenizer for Hugging Face. The conversion
+    rebuilds the rules from the vocabulary, so it would give other ids than the folder's tokenizer (the review: on
+    69 of 300 held-out stories); it must refuse, naming the first rule that differs."""
+    rules = hf.hf_merges(default_tokenizer())
+
+    def drop_600(data):
+        data["model"]["merges"] = data["model"]["merges"][:-600]
+
+    def swap_10_and_11(data):
+        merges = data["model"]["merges"]
+        merges[10], merges[11] = merges[11], merges[10]
+    err = from_hf_error(edited_copy(story_hf, tmp_path / "a" / "dropped", drop_600), capsys)
+    assert f"tokenizer.json: merge rule {len(rules) - 600} is (none) there, but {as_written(rules[-600])}" in err
+    err = from_hf_error(edited_copy(story_hf, tmp_path / "b" / "swapped", swap_10_and_11), capsys)
+    assert f"merge rule 10 is {as_written(rules[11])} there, but {as_written(rules[10])} for its vocabulary" in err
+    for i, (edit, part) in enumerate([(lambda data: data["model"].update(ignore_merges=False), "model.ignore_merges"),
+                                      (lambda data: data.update(normalizer={"type": "NFKC"}), "normalizer")]):
+        err = from_hf_error(edited_copy(story_hf, tmp_path / str(i) / "edited", edit), capsys)
+        assert f"differs from what minwiola.hf writes in {part}" in err
+
+
+def unknown_merge(data):
+    data["model"]["merges"].append(["qq", "zz"])
+
+
+def outside_the_alphabet(data):                      # the last token renamed, and the rule that made it dropped
+    vocab = data["model"]["vocab"]
+    last = max(vocab, key=vocab.get)
+    vocab["\u4e2d"] = vocab.pop(last)
+    data["model"]["merges"] = [rule for rule in data["model"]["merges"] if "".join(rule) != last]
+
+
+@pytest.mark.parametrize("file, damage, words", [
+    ("config.json", "[1, 2]", "config.json holds a list, not a model config"),
+    ("config.json", "{not json", "config.json is not valid JSON"),
+    ("tokenizer.json", unknown_merge, "tokenizer.json is not a tokenizer minwiola.hf can convert (Token `qq` out of"),
+    ("tokenizer.json", outside_the_alphabet, "tokenizer.json is not a tokenizer minwiola.hf can convert (the "
+                                             "vocabulary entry '\u4e2d' (id 4094) has characters outside"),
+    ("tokenizer.json", None, "tokenizer.json not found")])
+def test_a_malformed_folder_is_one_error_line_naming_the_file(story_hf, tmp_path, capsys, file, damage, words):
+    folder = edited_copy(story_hf, tmp_path / "folder", damage if callable(damage) else None)
+    if damage is None:
+        (folder / file).unlink()
+    elif isinstance(damage, str):
+        (folder / file).write_text(damage)
+    err = from_hf_error(folder, capsys)
+    assert err.startswith(f"error: {folder / file}") and words in err
+
+
+def test_from_hf_refuses_a_model_too_big_for_memory_before_building_it(story_hf, tmp_path, capsys, monkeypatch):
+    """A forged config.json (d=4096, n_layers=1000) would take the machine's memory layer by layer. Here the machine
+    is made small instead, so that a missing check builds only the story model."""
+    from minwiola import budget, runs
+    count = budget.count_params(hf.WiolaConfig.from_pretrained(story_hf).model_config())
+    monkeypatch.setattr(runs, "available_memory", lambda: 4 * count - 1, raising=False)   # float32: 4 bytes each
+    err = from_hf_error(story_hf, capsys)
+    assert f"cannot build the model from {story_hf / 'config.json'}: its {count:,} parameters need" in err
+    monkeypatch.setattr(runs, "available_memory", lambda: None)       # a platform that does not say: no check
+
+    def allocator_fails(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory")
+    monkeypatch.setattr(hf, "LanguageModel", allocator_fails)
+    assert "cannot build the model from" in from_hf_error(edited_copy(story_hf, tmp_path / "folder"), capsys)
