@@ -8,12 +8,17 @@ that shows or loads solutions is dropped, an exercise function filled in by mist
 the outputs of the exercise cells cleared; every other cell keeps its text and its outputs. The folder carries a
 marker listing what was written, so `make student` rebuilds only a folder it made and nobody has touched since.
 
-The grader executes each submitted notebook in a fresh kernel, from a scratch student edition (so the checks it
-imports are the real ones, never a copy the student edited, and the solutions are not there to import), in quick
-mode (MINWIOLA_QUICK=1 unless set), within a time limit. Outputs stored in the submission are cleared first and
-never read. Once the notebook has run, the grader asks the lesson's real checks itself, in that kernel, about each
-exercise function the notebook defined, each check under its own time limit: so a check cell the student edited
-cannot change a verdict. Each exercise gets one result:
+The grader executes each submitted notebook in a fresh kernel, from a scratch student edition, in quick mode
+(MINWIOLA_QUICK=1 unless set), within a time limit. Outputs stored in the submission are cleared first and never
+read. Where the machine allows it (Linux with user namespaces; `--isolation`), the kernel runs in minwiola.sandbox:
+every file read-only but its scratch folder, the solutions and the git history hidden, no network, and every
+process it starts killed when it ends; where it does not, the grader says so, and the submission runs with the
+instructor's rights. Either way, before the notebook's first cell the grader's own first cell (minwiola/grade_probe.py)
+takes the lesson's real checks as text, read from lessons/exercises/ before anything ran; once the notebook has
+run, the grader's last cell calls each check itself, in that kernel, on each exercise function the notebook
+defined, each under its own time limit, and prints the verdicts signed with a key drawn in the kernel before the
+student's code ran. So a check cell the student edited, a check file rewritten on disk or a verdict line forged by
+rewriting the grader's cell cannot change a verdict. Each exercise gets one result:
 
     correct          the check said "Exercise N: correct"
     wrong            the check raised AssertionError; its message says what is wrong
@@ -23,7 +28,9 @@ cannot change a verdict. Each exercise gets one result:
 
 and submissions that change what the checks rely on are flagged for the instructor to look at (flags never change
 a result): a check cell whose code differs from the lesson's (anything but the student's own functions and
-imports), code that assigns into the library or the exercises package, and files of exercises/ changed on disk.
+imports), code that assigns into the library or the exercises package, code that uses what can reach the grader's
+own cells (IPython's hooks, closures and frames, sys.modules, the grader's names) or names the solutions' folder,
+files of exercises/ (the scratch copy or the real one) or of the library changed on disk, and a forged verdict line.
 
 The lesson's exercises are read from lessons/exercises/lessonNN.py (its EXERCISES = {N: "function name"}): there is
 no list here to keep up to date when a lesson is added.
@@ -33,7 +40,9 @@ from __future__ import annotations
 import argparse
 import ast
 import csv
+import functools
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -86,6 +95,17 @@ def read_notebook(path: Path) -> dict:
         raise ClassroomError(f"{path} is not a Jupyter notebook (not JSON: {e})") from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or nb.get("nbformat") != 4:
         raise ClassroomError(f"{path} is not a Jupyter notebook (no nbformat 4 'cells' list)")
+    if not isinstance(nb.get("metadata", {}), dict):
+        raise ClassroomError(f"{path} is not a Jupyter notebook (its metadata is not an object)")
+    for i, cell in enumerate(nb["cells"]):
+        if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
+            raise ClassroomError(f"{path}: cell {i} is not a notebook cell (an object whose cell_type is code, "
+                                 "markdown or raw)")
+        text = cell.get("source", "")
+        if not (isinstance(text, str) or isinstance(text, list) and all(isinstance(t, str) for t in text)):
+            raise ClassroomError(f"{path}: cell {i}'s source is not text")
+        if not isinstance(cell.get("metadata", {}), dict):
+            raise ClassroomError(f"{path}: cell {i}'s metadata is not an object")
     return nb
 
 
@@ -208,7 +228,13 @@ def _clear_own_folder(out: Path) -> None:
             return
         raise ClassroomError(f"{out} exists and is not a student edition made by this tool (no {MARKER}): nothing "
                              "in it is touched; pick another folder")
-    written = json.loads(marker.read_text())
+    try:
+        written = json.loads(marker.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        written = None
+    if not isinstance(written, dict):
+        raise ClassroomError(f"{marker} is damaged (not the list of files this tool wrote): nothing in {out} is "
+                             "touched; move the folder away or pick another one")
     for path in sorted(out.rglob("*")):
         name = path.relative_to(out).as_posix()
         if path.is_file() and name != MARKER and "__pycache__" not in path.parts and \
@@ -224,8 +250,8 @@ def student_edition(out: Path, lessons: Path = LESSONS) -> list[Path]:
     if not lessons.is_dir() or not lesson_stems(lessons):
         raise ClassroomError(f"no lessons (NN_name.ipynb) in {lessons}")
     if out.exists():
-        _clear_own_folder(out)
-    shutil.copytree(lessons, out, ignore=shutil.ignore_patterns(*LEFT_OUT))
+        _clear_own_folder(out)                         # removes it, unless it is an empty folder: fill that one
+    shutil.copytree(lessons, out, ignore=shutil.ignore_patterns(*LEFT_OUT), dirs_exist_ok=True)
     notebooks = sorted(out.glob("[0-9][0-9]_*.ipynb"))
     for path in notebooks:
         nb = strip_notebook(read_notebook(path), path.stem, exercises_of(lessons, path.stem).values())
@@ -239,8 +265,11 @@ def student_edition(out: Path, lessons: Path = LESSONS) -> list[Path]:
 def match_lesson(path: Path, nb: dict, stems: list[str]) -> str:
     """The lesson a submission answers: the student edition's metadata if it kept it, else a lesson's name in the
     file name (e.g. alice_14_mixture_of_experts.ipynb)."""
-    said = nb.get("metadata", {}).get("minwiola", {}).get("lesson")
-    if said in stems:
+    if not stems:
+        raise ClassroomError("no lessons (NN_name.ipynb) to grade against in the --lessons folder")
+    said = nb.get("metadata", {}).get("minwiola")
+    said = said.get("lesson") if isinstance(said, dict) else None
+    if isinstance(said, str) and said in stems:
         return said
     found = [s for s in stems if s in Path(path).name]
     if len(found) == 1:
@@ -275,7 +304,7 @@ def tampering(nb: dict, lesson_nb: dict) -> list[str]:
             differ = next((f"{a!r} instead of {b!r}" for a, b in zip(g, w) if a != b),
                           f"{len(g)} statements instead of {len(w)}")
             flags.append(f"check cell {i} edited: {differ[:160]}")
-    flags += _library_edits(nb)
+    flags += _library_edits(nb) + _hooks(nb)
     return flags
 
 
@@ -308,76 +337,213 @@ def _library_edits(nb: dict) -> list[str]:
     return flags
 
 
-def _probe(check_file: Path, exercises: dict[int, str], limit: int) -> str:
-    """The code the grader runs in the student's kernel after the notebook: each real check on each function."""
-    return f'''
-def _minwiola_verdicts(check_file, exercises, limit):
-    import contextlib, importlib.util, io, json, signal, sys
-    class OutOfTime(BaseException):   # not an Exception, so a student's `except Exception` cannot swallow it
-        pass
-    def ring(signum, frame):
-        raise OutOfTime()
-    for name in [m for m in sys.modules if m.split(".")[0] == "exercises"]:
-        del sys.modules[name]          # the checks' helpers as on disk, whatever the notebook did to them
-    spec = importlib.util.spec_from_file_location("_minwiola_checks", check_file)
-    checks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(checks)
-    signal.signal(signal.SIGALRM, ring)
-    out = []
-    for n, name in exercises.items():
-        fn, said, verdict = get_ipython().user_ns.get(name), io.StringIO(), ("error", "")
-        if not callable(fn):
-            out.append((n, "not attempted", f"the notebook defines no function {{name}}"))
+PROBE_SOURCE = Path(__file__).with_name("grade_probe.py")
+KEY = "MINWIOLA-KEY "                   # how the grader's first cell prints the kernel's secret key
+
+
+def _setup_cell(lessons: Path, stem: str, exercises: dict[int, str], limit: int) -> str:
+    """The grader's first cell, run before any of the notebook's: minwiola/grade_probe.py and the lesson's checks
+    as text, read now from the real lessons folder (so nothing the notebook writes on disk can change them)."""
+    folder = Path(lessons) / "exercises"
+    helpers = folder / "__init__.py"
+    args = (PROBE_SOURCE.read_text(encoding="utf-8"), (folder / f"lesson{stem[:2]}.py").read_text(encoding="utf-8"),
+            helpers.read_text(encoding="utf-8") if helpers.exists() else "", f"lesson{stem[:2]}", exercises,
+            int(limit))
+    return ("def _minwiola_setup(program, *args):\n"
+            "    probe = {'__name__': 'minwiola_grade_probe'}\n"
+            "    exec(compile(program, 'minwiola/grade_probe.py', 'exec'), probe)\n"
+            "    probe['install'](*args)\n\n\n"
+            f"_minwiola_setup(*{args!r})\n"
+            "del _minwiola_setup\n")
+
+
+def _printed(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+
+
+def _signed_verdicts(setup, probe) -> tuple[list | None, str]:
+    """The probe's verdicts if its line carries the signature made with the key the first cell printed; else
+    (None, a flag when a line was there but its signature was wrong)."""
+    key = next((ln[len(KEY):] for ln in _printed(setup).splitlines() if ln.startswith(KEY)), None)
+    line = next((ln for ln in _printed(probe).splitlines() if ln.startswith(VERDICTS)), None)
+    if line is None:
+        return None, ""
+    sign, _, said = line[len(VERDICTS):].partition(" ")
+    want = hmac.new((key or "").encode(), said.encode(), hashlib.sha256).hexdigest()
+    if key is None or not hmac.compare_digest(sign, want):
+        return None, "a forged verdict line (not signed with the grader's key): the probe cell was rewritten"
+    return json.loads(said), ""
+
+
+# Names that reach the grader's own code in the kernel: the shell's hooks that rewrite cells before they run, the
+# places a function keeps its secrets, the interpreter's plumbing. Legitimate lessons use none of them.
+HOOKS = ("get_ipython", "input_transformers_cleanup", "input_transformers_post", "ast_transformers",
+         "input_transformer_manager", "events", "__closure__", "__globals__", "__code__", "cell_contents", "f_locals",
+         "f_globals", "f_back", "_getframe", "get_referrers", "get_objects", "settrace", "setprofile", "displayhook",
+         "excepthook", "ctypes", "builtins", "__builtins__")
+SOLUTIONS = re.compile(r"exercises\W{0,3}solutions|[\"'/\\]solutions\b")
+
+
+def _hooks(nb: dict) -> list[str]:
+    """Flags for code that can forge verdicts without touching the library or the checks: IPython's hooks,
+    closures and frames, sys.modules or sys.stdout replaced, the grader's own names, the solutions' folder."""
+    found, solutions = [], False
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
             continue
+        text = source(cell)
+        plain = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in text.splitlines())
+        solutions = solutions or bool(SOLUTIONS.search(plain))
         try:
-            signal.alarm(limit)
-            with contextlib.redirect_stdout(said):
-                getattr(checks, f"check_{{n}}")(fn)
-            signal.alarm(0)
-            text = said.getvalue()
-            verdict = ("correct", "") if f"Exercise {{n}}: correct" in text else \\
-                ("not attempted", "") if f"Exercise {{n}}: not attempted" in text else ("error", text.strip()[:200])
-        except OutOfTime:
-            verdict = ("timeout", f"the check of {{name}} ran past {{limit}} s")
-        except AssertionError as e:
-            verdict = ("wrong", str(e))
-        except Exception as e:
-            first = (str(e).strip().splitlines() or [""])[0]
-            verdict = ("error", f"{{type(e).__name__}}: {{first}}"[:200])
-        finally:
-            signal.alarm(0)
-        out.append((n, *verdict))
-    return json.dumps(out)
+            nodes = list(ast.walk(ast.parse(plain)))
+        except SyntaxError:
+            found += [h for h in HOOKS if re.search(rf"\b{re.escape(h)}\b", plain)]
+            continue
+        for node in nodes:
+            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            for alias in getattr(node, "names", []) if isinstance(node, (ast.Import, ast.ImportFrom)) else []:
+                found += [part for part in alias.name.split(".") if part in HOOKS]
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found += [part for part in node.module.split(".") if part in HOOKS]
+            if name in HOOKS or (name or "").startswith("_minwiola"):
+                found.append(name)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "sys" and (
+                    node.attr == "modules" or (node.attr in ("stdout", "stderr") and isinstance(node.ctx, ast.Store))):
+                found.append(f"sys.{node.attr}")
+    flags = [f"uses {', '.join(sorted(set(found)))}: these can rewrite or read the grader's own cells"] if found else []
+    return flags + (["mentions the solutions' folder"] if solutions else [])
 
 
-print({VERDICTS!r} + _minwiola_verdicts({str(check_file)!r}, {exercises!r}, {int(limit)}))
-'''
+def _digests(folder: Path, pattern: str = "*.py") -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): _sha256(p) for p in sorted(Path(folder).rglob(pattern))
+            if p.is_file() and "__pycache__" not in p.parts}
 
 
-def _digests(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): _sha256(p) for p in sorted(folder.rglob("*.py"))
-            if "__pycache__" not in p.parts}
+def _changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+
+
+OUTPUT_CAP = 1 << 20                    # characters of output kept per cell: the grader reads only its own cells'
+
+
+def _output_size(out) -> int:
+    data = out.get("data", {}) if isinstance(out.get("data"), dict) else {}
+    return len(str(out.get("text", ""))) + sum(len(str(v)) for v in data.values())
+
+
+def _client(book, timeout: float, scratch: Path, km):
+    """An nbclient NotebookClient that keeps at most OUTPUT_CAP characters of each cell's output (a notebook that
+    prints gigabytes costs the grader nothing)."""
+    from nbclient import NotebookClient
+
+    class CappedClient(NotebookClient):
+        def output(self, outs, msg, display_id, cell_index):
+            out = super().output(outs, msg, display_id, cell_index)
+            if out is not None:
+                self.kept[cell_index] = self.kept.get(cell_index, 0) + _output_size(out)
+                if self.kept[cell_index] > OUTPUT_CAP and outs and outs[-1] is out:
+                    outs.pop()
+            return out
+
+    client = CappedClient(book, km=km, timeout=int(timeout), kernel_name="python3", allow_errors=True,
+                          interrupt_on_timeout=True, error_on_timeout=OUT_OF_TIME, shutdown_kernel="immediate",
+                          resources={"metadata": {"path": str(scratch)}})
+    client.kept = {}
+    return client
+
+
+def _kernel_manager(work: Path, hide: list[Path] | None):
+    """A Jupyter kernel manager whose kernel runs inside minwiola.sandbox (when `hide` is a list: `work` writable,
+    `hide` empty, no network, so it talks to the grader over Unix sockets in `work`), or as a plain process."""
+    from jupyter_client import AsyncKernelManager       # what nbclient itself would make
+
+    class WalledKernel(AsyncKernelManager):
+        def format_kernel_cmd(self, extra_arguments=None):
+            command = super().format_kernel_cmd(extra_arguments)
+            if hide is None:
+                return command
+            return [sys.executable, "-m", "minwiola.sandbox", "--scratch", str(work),
+                    *[arg for folder in hide for arg in ("--hide", str(folder))], "--", *command]
+
+    km = WalledKernel(kernel_name="python3")
+    km.connection_file = str(work / "kernel.json")
+    if hide is not None:
+        km.transport, km.ip = "ipc", str(work / "kernel")
+    return km
+
+
+def _kernel_env(work: Path) -> dict[str, str]:
+    """The kernel's environment: quick mode unless set, and home, temporary files and caches in the scratch
+    folder (the sandbox leaves nothing else writable); the token cache is the real one's files, linked in."""
+    folders = {name: work / name for name in ("home", "tmp", "cache")}
+    for folder in folders.values():
+        folder.mkdir(exist_ok=True)
+    from minwiola import data
+    real = data.cache_dir()
+    for npy in sorted(real.glob("*.npy")) if real.is_dir() else []:
+        (folders["cache"] / npy.name).symlink_to(npy.resolve())
+    home = folders["home"]
+    return {**os.environ, "MINWIOLA_QUICK": os.environ.get("MINWIOLA_QUICK", "1"), "HOME": str(home),
+            "TMPDIR": str(folders["tmp"]), "IPYTHONDIR": str(home / ".ipython"),
+            "MPLCONFIGDIR": str(home / ".matplotlib"), "XDG_CACHE_HOME": str(home / ".cache"),
+            "MINWIOLA_CACHE": str(folders["cache"])}
+
+
+def hidden_folders(lessons: Path) -> list[Path]:
+    """What the sandbox hides from a submission: the solutions (of `lessons` and of this clone's lessons) and the
+    clone's git history, which holds them too."""
+    found = [Path(lessons) / "exercises" / "solutions", LESSONS / "exercises" / "solutions",
+             package_root() / ".git"]
+    return sorted({p.resolve() for p in found if p.is_dir()})
+
+
+@functools.lru_cache(maxsize=None)
+def _sandbox_problem() -> str | None:
+    from minwiola import sandbox
+    return sandbox.check()
+
+
+def isolation(choice: str = "auto") -> str | None:
+    """"sandbox" when submissions will run in minwiola.sandbox, else None; ClassroomError when "sandbox" was
+    asked for and this machine cannot do it. `choice` is auto, sandbox or none."""
+    if choice == "none":
+        return None
+    why = _sandbox_problem()
+    if why is None:
+        return "sandbox"
+    if choice == "sandbox":
+        raise ClassroomError(f"--isolation sandbox: no sandbox on this machine ({why})")
+    return None
+
+
+ISOLATION_NOTE = {
+    "sandbox": "isolation: sandbox (files read-only but its scratch folder, solutions and git history hidden, no "
+               "network, every process it starts killed at the end; it still runs as you and can read your files)",
+    None: "isolation: NONE: each submission runs with all of your rights (it can read the solutions and delete your "
+          "files); grade in a throwaway container, VM or user account",
+}
 
 
 OUT_OF_TIME = {"ename": "OutOfTime", "evalue": "the notebook's time limit", "traceback": []}
 PING = 10                               # seconds a kernel may take to run `pass` after the notebook's time limit
 
 
-def _execute(book, scratch: Path, timeout: float, probe, probe_timeout: float) -> tuple[float, bool, str]:
-    """Run the notebook's cells in a fresh kernel (cwd `scratch`, quick mode unless set) until done or out of
-    time, then the probe; return (seconds the notebook took, whether it ran out of time, what went wrong with
-    the kernel or "")."""
-    from nbclient import NotebookClient
+def _execute(book, work: Path, scratch: Path, timeout: float, hide: list[Path] | None,
+             probe_timeout: float) -> tuple[float, bool, str]:
+    """Run the grader's first cell, the notebook's cells (in a fresh kernel, cwd `scratch`) until done or out of
+    time, then the probe (the last cell); return (seconds the notebook took, whether it ran out of time, what went
+    wrong with the kernel or ""). Whatever the notebook left running is killed before this returns."""
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     import nbformat
-    client = NotebookClient(book, timeout=int(timeout), kernel_name="python3", allow_errors=True,
-                            interrupt_on_timeout=True, error_on_timeout=OUT_OF_TIME, shutdown_kernel="immediate",
-                            resources={"metadata": {"path": str(scratch)}})
-    env = {**os.environ, "MINWIOLA_QUICK": os.environ.get("MINWIOLA_QUICK", "1")}
-    start, timed_out = time.monotonic(), False
+    from minwiola import sandbox
+    client = _client(book, timeout, scratch, _kernel_manager(work, hide))
+    start, timed_out, before = time.monotonic(), False, sandbox.adopt_orphans()
     try:
-        with client.setup_kernel(env=env):
-            for i, cell in enumerate(book.cells):
+        with client.setup_kernel(env=_kernel_env(work)):
+            client.timeout = probe_timeout
+            client.execute_cell(book.cells[0], 0)         # the grader's first cell, before any of the notebook's
+            start = time.monotonic()
+            for i, cell in enumerate(book.cells[1:-1], 1):
                 left = timeout - (time.monotonic() - start)
                 timed_out = left <= 0
                 if timed_out:                            # the notebook ran out of time: the rest is not run
@@ -388,25 +554,27 @@ def _execute(book, scratch: Path, timeout: float, probe, probe_timeout: float) -
             seconds = time.monotonic() - start
             timed_out = timed_out or seconds >= timeout
             if timed_out:                                # a loop that swallows the interrupt keeps the kernel busy
-                book.cells.append(nbformat.v4.new_code_cell("pass"))
+                book.cells.insert(-1, nbformat.v4.new_code_cell("pass"))       # before the probe
                 client.timeout, asked = PING, time.monotonic()
-                client.execute_cell(book.cells[-1], len(book.cells) - 1)
+                client.execute_cell(book.cells[-2], len(book.cells) - 2)
                 if time.monotonic() - asked >= PING:       # no answer to `pass`: still in the student's loop
                     return seconds, True, "the kernel was still busy after the time limit (the interrupt was ignored)"
-            book.cells.append(probe)
             client.timeout = probe_timeout
-            client.execute_cell(probe, len(book.cells) - 1)
+            client.execute_cell(book.cells[-1], len(book.cells) - 1)
         return seconds, timed_out, ""
     except (DeadKernelError, CellTimeoutError) as e:            # os._exit, a crash, a kernel that never answers
         first = (str(e).strip().splitlines() or [""])[0]
         return time.monotonic() - start, timed_out, f"the kernel stopped ({type(e).__name__}: {first})"
+    finally:
+        sandbox.kill_new_children(before)
 
 
 def grade(path: Path, lessons: Path = LESSONS, timeout: float = 900, check_timeout: int = 60,
-          library: Path = LIBRARY) -> dict:
-    """Execute one submission and return {student, lesson, file, seconds, timed_out, flags, results}: results has
-    one {exercise, function, result, message} per exercise of the lesson. A change the notebook made on disk to the
-    checks (the scratch copy of exercises/) or to the library's .py files is flagged, not undone: the library is
+          library: Path = LIBRARY, walls: str | None = "auto") -> dict:
+    """Execute one submission and return {student, lesson, file, isolation, seconds, timed_out, flags, results}:
+    results has one {exercise, function, result, message} per exercise of the lesson. `walls` is "sandbox" (run the
+    kernel in minwiola.sandbox), None (a plain process) or "auto" (the sandbox when this machine has it). A change
+    the notebook made on disk to the checks or to the library's .py files is flagged, not undone: the library is
     the instructor's, and which version is right is theirs to say."""
     try:
         import nbclient  # noqa: F401 (used in _execute; imported here to say at once what is missing)
@@ -414,36 +582,44 @@ def grade(path: Path, lessons: Path = LESSONS, timeout: float = 900, check_timeo
     except ImportError as e:
         raise ClassroomError(f"the grader needs nbclient and nbformat ({e.name} is missing): "
                              "pip install -e '.[dev]'") from None
+    if walls == "auto":
+        walls = isolation("auto")
     path, lessons = Path(path), Path(lessons)
     nb = read_notebook(path)
     stem = match_lesson(path, nb, lesson_stems(lessons))
     exercises = exercises_of(lessons, stem)
-    report = {"student": student_of(path, stem), "lesson": stem, "file": str(path),
+    report = {"student": student_of(path, stem), "lesson": stem, "file": str(path), "isolation": walls or "none",
               "flags": tampering(nb, read_notebook(lessons / f"{stem}.ipynb"))}
     for cell in nb["cells"]:                          # stored outputs are never trusted
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
-    book = nbformat.reads(json.dumps(nb), as_version=4)
+    try:
+        book = nbformat.reads(json.dumps(nb), as_version=4)
+    except Exception as e:                            # noqa: BLE001 (nbformat's many errors: one line)
+        raise ClassroomError(f"{path} is not a notebook nbformat can read ({type(e).__name__}: {e})") from None
+    setup = nbformat.v4.new_code_cell(_setup_cell(lessons, stem, exercises, check_timeout))
+    probe = nbformat.v4.new_code_cell("_minwiola_probe()")
+    book.cells = [setup, *book.cells, probe]
+    checks_before, library_before = _digests(lessons / "exercises", "*"), _digests(library)
     with tempfile.TemporaryDirectory(prefix="minwiola-grade-") as tmp:
-        scratch = Path(tmp) / "lessons"
+        work = Path(tmp)
+        scratch = work / "lessons"
         student_edition(scratch, lessons)
-        before, library_before = _digests(scratch / "exercises"), _digests(library)
-        probe = nbformat.v4.new_code_cell(_probe(lessons / "exercises" / f"lesson{stem[:2]}.py", exercises,
-                                                 check_timeout))
-        seconds, timed_out, trouble = _execute(book, scratch, timeout, probe, check_timeout * len(exercises) + 60)
-        changed = sorted(k for k, v in _digests(scratch / "exercises").items() if before.get(k) != v)
-    library_after = _digests(library)
-    touched = sorted(k for k in library_before.keys() | library_after.keys()
-                     if library_before.get(k) != library_after.get(k))
-    report["flags"] += [f"changed exercises/{name} on disk" for name in changed]
-    report["flags"] += [f"changed the library's {library.name}/{name} on disk" for name in touched]
-    said = "".join(o.get("text", "") for o in probe.outputs if o.get("output_type") == "stream")
-    line = next((ln for ln in said.splitlines() if ln.startswith(VERDICTS)), None)
-    if line is not None:
-        verdicts = json.loads(line[len(VERDICTS):])
-    else:
-        why = trouble or next((f"{o['ename']}: {o['evalue']}" for o in probe.outputs if o.get("output_type") ==
-                               "error"), "no answer from the kernel")
+        before = _digests(scratch / "exercises")
+        hide = hidden_folders(lessons) if walls == "sandbox" else None
+        seconds, timed_out, trouble = _execute(book, work, scratch, timeout, hide,
+                                               check_timeout * len(exercises) + 60)
+        changed = _changed(before, _digests(scratch / "exercises"))
+    report["flags"] += [f"changed exercises/{name} on disk (in its scratch copy)" for name in changed]
+    report["flags"] += [f"changed the real {lessons.name}/exercises/{name} on disk"
+                        for name in _changed(checks_before, _digests(lessons / "exercises", "*"))]
+    report["flags"] += [f"changed the library's {library.name}/{name} on disk"
+                        for name in _changed(library_before, _digests(library))]
+    verdicts, forged = _signed_verdicts(setup, probe)
+    report["flags"] += [forged] if forged else []
+    if verdicts is None:
+        why = forged or trouble or next((f"{o['ename']}: {o['evalue']}" for o in probe.outputs
+                                         if o.get("output_type") == "error"), "no answer from the kernel")
         verdicts = [(n, "timeout" if timed_out else "error", f"the grader could not run the checks: {why}"[:200])
                     for n in exercises]
     results = []
@@ -455,34 +631,94 @@ def grade(path: Path, lessons: Path = LESSONS, timeout: float = 900, check_timeo
     return report
 
 
+FIELDS = ("student", "lesson", "exercise", "function", "result", "message", "flags", "seconds", "file", "isolation")
+
+
 def rows(reports: list[dict]) -> list[dict]:
     """One row per student and exercise: what the CSV and JSON files hold."""
     return [{"student": r["student"], "lesson": r["lesson"], "exercise": x["exercise"], "function": x["function"],
              "result": x["result"], "message": x["message"], "flags": "; ".join(r["flags"]),
-             "seconds": r["seconds"], "file": r["file"]} for r in reports for x in r["results"]]
+             "seconds": r["seconds"], "file": r["file"], "isolation": r.get("isolation", "none")}
+            for r in reports for x in r["results"]]
+
+
+def _inert(value):
+    """A CSV cell a spreadsheet will not run: text starting with = + - @ (or a tab, a return) is a formula to
+    Excel and LibreOffice, so it gets a leading ' (a student may name their file =HYPERLINK(...)_00_...)."""
+    return "'" + value if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
+def _written_by_grader(path: Path) -> bool:
+    """Whether `path` is a grades file this tool wrote (its header or its rows' keys are FIELDS)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".json":
+            table = json.loads(text)
+            return isinstance(table, list) and all(isinstance(r, dict) and tuple(r) == FIELDS for r in table)
+        return text.splitlines()[:1] == [",".join(FIELDS)]
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+
+
+def outputs(out: Path) -> tuple[Path, Path]:
+    """The CSV and the JSON beside it that `write` would write; ClassroomError if either exists and is not a
+    grades file of this tool's (never replace a file the grader did not write)."""
+    out = Path(out)
+    pair = (out, out.with_suffix(".json"))
+    for path in pair:
+        if path.exists() and not (path.is_file() and _written_by_grader(path)):
+            raise ClassroomError(f"{path} exists and is not a grades file this tool wrote: nothing is replaced; "
+                                 "move it away or give another --out")
+    return pair
 
 
 def write(reports: list[dict], out: Path) -> tuple[Path, Path]:
     """Write the rows to `out` (CSV) and beside it with .json; return both paths."""
+    csv_path, js = outputs(out)
     table = rows(reports)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(table[0]) if table else ["student"])
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    with csv_path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
-        writer.writerows(table)
-    js = out.with_suffix(".json")
+        writer.writerows({k: _inert(v) for k, v in row.items()} for row in table)
     js.write_text(json.dumps(table, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    return out, js
+    return csv_path, js
+
+
+def _notebook_seconds(text: str) -> float:
+    """argparse type: seconds above 0, at most a million (NaN and infinity refused): data's, for the download."""
+    from minwiola.data import _seconds
+    return _seconds(text)
+
+
+def _whole_seconds(text: str) -> int:
+    """argparse type: a whole number of seconds, 1 to a million (the checks' alarm counts whole seconds)."""
+    from minwiola.data import _seconds
+    value = _seconds(text)
+    if value != int(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds")
+    return int(value)
+
+
+HELP = """isolation (--isolation): with `auto` (the default) each submission's kernel runs in minwiola.sandbox where
+this machine allows it (Linux with user namespaces): every file read-only but its scratch folder, the solutions
+and git history hidden, no network, and every process it starts killed when it ends. It still runs as you, can
+read what you can read (other submissions included) and use all the CPU and memory it likes. Where no sandbox is
+possible, submissions run with all of your rights: they can read the solutions and delete your files. Either way,
+for a real class grade inside a throwaway container or VM, or as a user account that owns nothing of value."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minwiola.grade", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m minwiola.grade", description=__doc__.split("\n\n")[0],
+                                     epilog=HELP)
     parser.add_argument("submissions", nargs="*", type=Path, help="submitted notebooks (.ipynb)")
     parser.add_argument("--out", type=Path, default=Path("grades.csv"), help="CSV to write (and .json beside it)")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds for one notebook (default 900)")
-    parser.add_argument("--check-timeout", type=int, default=60, help="seconds for one check (default 60)")
+    parser.add_argument("--timeout", type=_notebook_seconds, default=900, help="seconds for one notebook (default 900)")
+    parser.add_argument("--check-timeout", type=_whole_seconds, default=60, help="seconds for one check (default 60)")
     parser.add_argument("--lessons", type=Path, default=LESSONS, help="the lessons folder (default: the clone's)")
+    parser.add_argument("--isolation", choices=("auto", "sandbox", "none"), default="auto",
+                        help="auto: the sandbox where possible; sandbox: refuse to grade without it; none: plain "
+                             "processes (see below)")
     parser.add_argument("--student-edition", type=Path, metavar="DIR",
                         help="write the student edition of every lesson into DIR instead of grading")
     args = parser.parse_args(argv)
@@ -497,11 +733,16 @@ def main(argv: list[str] | None = None) -> int:
         if not args.submissions:
             raise ClassroomError("no submissions given (python -m minwiola.grade NOTEBOOK.ipynb ...)")
         stems = lesson_stems(args.lessons)
+        if not stems:
+            raise ClassroomError(f"no lessons (NN_name.ipynb) in {args.lessons}")
         for path in args.submissions:                       # every input checked before anything runs
             match_lesson(path, read_notebook(path), stems)
+        outputs(args.out)
+        walls = isolation(args.isolation)
+        print(ISOLATION_NOTE[walls])
         reports = []
         for path in args.submissions:
-            r = grade(path, args.lessons, args.timeout, args.check_timeout)
+            r = grade(path, args.lessons, args.timeout, args.check_timeout, walls=walls)
             score = sum(x["result"] == "correct" for x in r["results"])
             flag = f"  FLAGGED: {'; '.join(r['flags'])}" if r["flags"] else ""
             print(f"{r['student']:<16} {r['lesson']:<28} {score}/{len(r['results'])} correct "

@@ -79,8 +79,12 @@ def _lesson(stubs_1=STUBS_1, checks_1=CHECKS_1, stubs_2=STUBS_2, checks_2=CHECKS
 
 @pytest.fixture(scope="module")
 def lessons(tmp_path_factory):
+    return tiny_course(tmp_path_factory.mktemp("course"))
+
+
+def tiny_course(folder: Path) -> Path:
     """A lessons folder with one tiny lesson, its checks (the real exercises/__init__.py) and its solutions."""
-    root = tmp_path_factory.mktemp("course") / "lessons"
+    root = folder / "lessons"
     (root / "exercises" / "solutions").mkdir(parents=True)
     shutil.copy(ROOT / "lessons" / "exercises" / "__init__.py", root / "exercises")
     (root / "exercises" / "lesson01.py").write_text(CHECK_FILE)
@@ -159,12 +163,20 @@ def test_a_library_file_changed_on_disk_is_flagged(lessons, tmp_path):
             f"Path({str(library / 'extra.py')!r}).write_text('pass')\n")
     nb = _lesson(SOLVED_1)
     nb["cells"].append(_cell("code", edit))
-    report = grade.grade(_submit(tmp_path, "fay_01_tiny.ipynb", nb), lessons, library=library)
+    # without a sandbox the file is changed, and flagged
+    report = grade.grade(_submit(tmp_path, "fay_01_tiny.ipynb", nb), lessons, library=library, walls=None)
     assert [f for f in report["flags"] if "library" in f] == ["changed the library's minwiola/extra.py on disk",
                                                               "changed the library's minwiola/model.py on disk"]
     assert _results(report)["square"] == ("correct", "")
-    clean = grade.grade(_submit(tmp_path, "gus_01_tiny.ipynb", _lesson(SOLVED_1)), lessons, library=library)
+    clean = grade.grade(_submit(tmp_path, "gus_01_tiny.ipynb", _lesson(SOLVED_1)), lessons, library=library,
+                        walls=None)
     assert clean["flags"] == []
+    if grade.isolation() == "sandbox":                   # in the sandbox the write fails: nothing to flag
+        (library / "model.py").write_text("def forward(x):\n    return x\n")
+        (library / "extra.py").unlink()
+        walled = grade.grade(_submit(tmp_path, "fay_01_tiny.ipynb", nb), lessons, library=library, walls="sandbox")
+        assert (library / "model.py").read_text() == "def forward(x):\n    return x\n"
+        assert not (library / "extra.py").exists() and walled["flags"] == []
 
 
 def test_the_learners_own_code_in_a_check_cell_is_not_tampering(lessons):
@@ -222,7 +234,9 @@ def test_a_real_lesson_with_its_solutions_scores_full(tmp_path):
     nb = grade.strip_notebook(grade.read_notebook(ROOT / "lessons" / "04_inference.ipynb"), "04_inference",
                               grade.exercises_of(grade.LESSONS, "04_inference").values())
     solutions = (ROOT / "lessons" / "exercises" / "solutions" / "lesson04.py").read_text()
-    nb["cells"].append(_cell("code", solutions))
+    # the functions as a student who solved them would hand them in: without the file's docstring, which names
+    # the solutions' folder (a notebook that does is flagged)
+    nb["cells"].append(_cell("code", solutions.split('"""', 2)[2]))
     report = grade.grade(_submit(tmp_path, "gus/04_inference.ipynb", nb))
     assert report["lesson"] == "04_inference" and report["student"] == "gus" and report["flags"] == []
     assert [x["result"] for x in report["results"]] == ["correct"] * len(grade.exercises_of(grade.LESSONS, "04_inference"))

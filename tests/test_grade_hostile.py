@@ -1,0 +1,224 @@
+"""The grader against hostile submissions and careless input (the reliability review's probes, issue 31).
+
+The notebooks here attack the grader as a student could: rewrite the real checks, read the solutions, delete the
+instructor's files, leave a process running, forge the verdict line through an IPython input transformer, print
+a memory bomb. Each test says which defence holds it: the checks read as text before the notebook runs, the
+signed verdict line, the static flags, the output cap, the killed descendants, and (where this machine has it)
+minwiola.sandbox. The rest are bad inputs, each refused in one line before anything runs."""
+import csv
+import json
+import os
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from minwiola import grade, sandbox
+from test_grade import CHECK_FILE, ROOT, SOLVED_1, _cell, _lesson, _results, _submit, tiny_course
+
+WALLED = grade.isolation() == "sandbox"
+MODES = [None] + (["sandbox"] if WALLED else [])
+FORGED_CHECKS = "EXERCISES = {1: 'double', 2: 'square', 3: 'halve'}\n" + "".join(
+    f"def check_{n}(fn):\n    print('Exercise {n}: correct')\n" for n in (1, 2, 3))
+WRONG_1 = SOLVED_1.replace("2 * x", "3 * x").replace("x * x", "x + x")
+
+
+@pytest.fixture
+def lessons(tmp_path):
+    """A fresh copy of test_grade's tiny lesson for each test (some of these notebooks write into it)."""
+    return tiny_course(tmp_path / "course")
+
+
+def _attack(code: str, answers: str = WRONG_1) -> dict:
+    """The tiny lesson with `answers` to exercises 1-2 and `code` as an extra cell right after them."""
+    nb = _lesson(answers)
+    nb["cells"].insert(4, _cell("code", code))
+    return nb
+
+
+@pytest.mark.parametrize("walls", MODES)
+def test_rewriting_the_real_checks_changes_no_verdict_and_is_flagged(lessons, tmp_path, walls):
+    real = lessons / "exercises" / "lesson01.py"
+    code = f"from pathlib import Path\ntry:\n    Path({str(real)!r}).write_text({FORGED_CHECKS!r})\nexcept OSError:\n    pass\n"
+    report = grade.grade(_submit(tmp_path, "mal_01_tiny.ipynb", _attack(code)), lessons, walls=walls)
+    got = _results(report)
+    assert got["double"][0] == "wrong" and got["square"][0] == "wrong"      # the checks came from the text read first
+    if walls is None:                                  # the write succeeded: flagged, and the next student is safe
+        assert "changed the real lessons/exercises/lesson01.py on disk" in report["flags"]
+        assert real.read_text() == FORGED_CHECKS
+        real.write_text(CHECK_FILE)
+    else:                                              # the write failed: the real checks are unchanged
+        assert real.read_text() == CHECK_FILE and report["flags"] == []
+    honest = grade.grade(_submit(tmp_path, "ann_01_tiny.ipynb", _lesson(WRONG_1)), lessons, walls=walls)
+    assert _results(honest)["double"][0] == "wrong"
+
+
+@pytest.mark.parametrize("walls", MODES)
+def test_reading_the_solutions_is_flagged_and_in_the_sandbox_finds_nothing(lessons, tmp_path, walls):
+    answers = lessons / "exercises" / "solutions" / "lesson01.py"
+    code = f"try:\n    exec(open({str(answers)!r}).read())\nexcept OSError as e:\n    print(e)\n"
+    report = grade.grade(_submit(tmp_path, "sol_01_tiny.ipynb", _attack(code, answers="")), lessons, walls=walls)
+    assert "mentions the solutions' folder" in report["flags"]
+    got = _results(report)                               # without the sandbox the copied answers pass (flagged)
+    assert got["double"][0] == ("correct" if walls is None else "not attempted")   # hidden in the sandbox
+
+
+@pytest.mark.skipif(not WALLED, reason="no sandbox on this machine (minwiola.sandbox --check)")
+def test_in_the_sandbox_a_notebook_cannot_delete_or_write_the_instructors_files(lessons, tmp_path):
+    thesis = tmp_path / "thesis.tex"
+    thesis.write_text("years of work")
+    code = (f"import os, socket\nfor attempt in (lambda: os.remove({str(thesis)!r}), "
+            f"lambda: open({str(tmp_path / 'planted.py')!r}, 'w'), "
+            "lambda: socket.create_connection(('127.0.0.1', 22), timeout=1)):\n"
+            "    try:\n        attempt()\n    except OSError:\n        pass\n"
+            "open('mine.txt', 'w').write('the scratch folder is writable')\n")
+    report = grade.grade(_submit(tmp_path, "del_01_tiny.ipynb", _attack(code, SOLVED_1)), lessons, walls="sandbox")
+    assert thesis.read_text() == "years of work" and not (tmp_path / "planted.py").exists()
+    assert _results(report)["double"] == ("correct", "")                   # and the notebook itself ran
+
+
+def _running(mark: str) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if mark.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="processes are found through /proc")
+@pytest.mark.parametrize("walls", MODES)
+def test_a_process_the_notebook_detaches_does_not_outlive_grading(lessons, tmp_path, walls):
+    mark = f"minwiola-leftover-{os.getpid()}-{walls}"
+    code = ("import os, subprocess, sys\n"
+            "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+            f"        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', {mark!r}])\n"
+            "    os._exit(0)\n"
+            "os.wait()\n")
+    grade.grade(_submit(tmp_path, "fork_01_tiny.ipynb", _attack(code)), lessons, walls=walls)
+    deadline = time.monotonic() + 5
+    while _running(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _running(mark) == []
+
+
+@pytest.mark.parametrize("walls", MODES)
+def test_an_input_transformer_that_forges_the_verdicts_is_caught(lessons, tmp_path, walls):
+    forge = '''
+def _rewrite(lines):
+    if any("_minwiola_probe" in line for line in lines):
+        return ['print("MINWIOLA-VERDICTS 0 [[1, \\\\"correct\\\\", \\\\"\\\\"], [2, \\\\"correct\\\\", \\\\"\\\\"], [3, \\\\"correct\\\\", \\\\"\\\\"]]")\\n']
+    return lines
+get_ipython().input_transformers_cleanup.append(_rewrite)
+'''
+    report = grade.grade(_submit(tmp_path, "tim_01_tiny.ipynb", _attack(forge, answers="")), lessons, walls=walls)
+    assert {r for r, _ in _results(report).values()} == {"error"}          # nothing is graded correct
+    flags = "\n".join(report["flags"])
+    assert "a forged verdict line" in flags and "get_ipython" in flags and "input_transformers_cleanup" in flags
+
+
+def test_the_hooks_that_reach_the_grader_are_flagged_and_no_lesson_uses_one():
+    for code in ("import sys\nsys.modules['exercises'] = None", "import sys, io\nsys.stdout = io.StringIO()",
+                 "f = lambda: 0\nprint(f.__closure__)", "import gc\ngc.get_objects()", "import ctypes",
+                 "import builtins\nbuiltins.print = None", "_minwiola_probe = print"):
+        assert grade._hooks({"cells": [_cell("code", code)]}), code
+    assert grade._hooks({"cells": [_cell("code", "print(sys.stdout)\nimport sys")]}) == []   # reading is fine
+    for path in sorted((ROOT / "lessons").glob("[0-9][0-9]_*.ipynb")):
+        assert grade._hooks(grade.read_notebook(path)) == [], path.name
+
+
+def test_a_notebook_that_prints_a_memory_bomb_costs_the_grader_little(lessons, tmp_path):
+    bomb = "import sys\nfor _ in range(48):\n    sys.stdout.write('x' * (1 << 20))\n    sys.stdout.flush()\n"
+    tracemalloc.start()
+    try:
+        report = grade.grade(_submit(tmp_path, "big_01_tiny.ipynb", _attack(bomb, SOLVED_1)), lessons, walls=None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert _results(report)["double"] == ("correct", "")
+    assert peak < 24 * 2**20, f"the grader held {peak / 2**20:.0f} MB of a 48 MB print"
+
+
+# ------------------------------------------------------------------------------------- bad input, one line each
+def _cli(capsys, *args) -> tuple[int, str]:
+    code = grade.main([str(a) for a in args])
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+@pytest.mark.parametrize("notebook, said", [
+    ({"nbformat": 4, "cells": [1, 2]}, "cell 0 is not a notebook cell"),
+    ({"nbformat": 4, "cells": [{"source": "x = 1"}]}, "cell 0 is not a notebook cell"),
+    ({"nbformat": 4, "cells": [{"cell_type": "code", "source": [1, 2]}]}, "cell 0's source is not text"),
+    ({"nbformat": 4, "cells": [{"cell_type": "code", "source": "", "metadata": []}]}, "cell 0's metadata"),
+    ({"nbformat": 4, "cells": [], "metadata": []}, "its metadata is not an object"),
+    ({"nbformat": 4, "cells": [], "metadata": {"minwiola": "x"}}, "cannot tell which lesson"),
+])
+def test_a_notebook_of_the_wrong_shape_is_refused_in_one_line(lessons, tmp_path, capsys, notebook, said):
+    path = _submit(tmp_path, "odd.ipynb", notebook)
+    code, err = _cli(capsys, path, "--lessons", lessons, "--out", tmp_path / "g.csv")
+    assert code == 2 and said in err and len(err.splitlines()) == 1 and not (tmp_path / "g.csv").exists()
+
+
+@pytest.mark.parametrize("option, value", [("--timeout", "nan"), ("--timeout", "inf"), ("--timeout", "0"),
+                                           ("--timeout", "-5"), ("--check-timeout", "0"), ("--check-timeout", "1.5")])
+def test_bad_time_limits_are_refused_by_name(lessons, tmp_path, capsys, option, value):
+    path = _submit(tmp_path, "ann_01_tiny.ipynb", _lesson())
+    with pytest.raises(SystemExit) as stop:
+        grade.main([str(path), "--lessons", str(lessons), option, value])
+    assert stop.value.code == 2 and f"argument {option}" in capsys.readouterr().err
+
+
+def test_a_lessons_folder_without_lessons_is_named(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    path = _submit(tmp_path, "ann_01_tiny.ipynb", _lesson())
+    code, err = _cli(capsys, path, "--lessons", tmp_path / "empty")
+    assert code == 2 and err.endswith(f"no lessons (NN_name.ipynb) in {tmp_path / 'empty'}")
+
+
+def test_grades_never_replace_a_file_the_grader_did_not_write(lessons, tmp_path, capsys):
+    mine = tmp_path / "marks.json"
+    mine.write_text('{"mine": 1}')
+    path = _submit(tmp_path, "ann_01_tiny.ipynb", _lesson())
+    code, err = _cli(capsys, path, "--lessons", lessons, "--out", tmp_path / "marks.csv")
+    assert code == 2 and "marks.json exists and is not a grades file" in err and len(err.splitlines()) == 1
+    assert mine.read_text() == '{"mine": 1}' and not (tmp_path / "marks.csv").exists()
+    report = {"student": "ann", "lesson": "01_tiny", "file": "a", "flags": [], "seconds": 1.0,
+              "results": [{"exercise": 1, "function": "double", "result": "correct", "message": ""}]}
+    out = tmp_path / "grades.csv"
+    grade.write([report], out)
+    grade.write([report], out)                          # its own files: replaced without a word
+    assert len(list(csv.DictReader(out.open()))) == 1
+
+
+def test_a_cell_a_spreadsheet_would_run_is_written_inert(tmp_path):
+    name = '=HYPERLINK("http://evil","grade")'
+    report = {"student": name, "lesson": "01_tiny", "file": "+x", "flags": ["-1"], "seconds": 1.0,
+              "results": [{"exercise": 1, "function": "double", "result": "wrong", "message": "@SUM(A1)"}]}
+    csv_path, js = grade.write([report], tmp_path / "grades.csv")
+    row = next(csv.DictReader(csv_path.open()))
+    assert row["student"] == "'" + name and row["file"] == "'+x" and row["flags"] == "'-1"
+    assert row["message"] == "'@SUM(A1)"
+    assert json.loads(js.read_text())[0]["student"] == name            # the JSON keeps the text as it was
+
+
+def test_the_student_edition_fills_an_empty_folder_and_refuses_a_damaged_marker(lessons, tmp_path, capsys):
+    empty = tmp_path / "student"
+    empty.mkdir()
+    assert grade.main(["--student-edition", str(empty), "--lessons", str(lessons)]) == 0
+    assert (empty / "01_tiny.ipynb").exists() and (empty / grade.MARKER).exists()
+    (empty / grade.MARKER).write_text("{not json")
+    (empty / "my_work.py").write_text("mine")
+    code, err = _cli(capsys, "--student-edition", empty, "--lessons", lessons)
+    assert code == 2 and "is damaged" in err and len(err.splitlines()) == 1
+    assert (empty / "my_work.py").read_text() == "mine" and (empty / "01_tiny.ipynb").exists()
+
+
+def test_the_sandbox_says_whether_it_works_in_one_line(capsys):
+    code = sandbox.main(["--check"])
+    said = capsys.readouterr().out.strip()
+    assert len(said.splitlines()) == 1 and (code == 0) == (said == "the sandbox works here") == WALLED
