@@ -256,20 +256,52 @@ know who got what right. The tools:
    each notebook's metadata, so a renamed notebook is still matched to its lesson.
 4. Grade: `.venv/bin/python -m minwiola.grade submissions/*/*.ipynb --out grades.csv`. It prints one line per
    notebook (score and flags) and writes one row per student and exercise to `grades.csv` and `grades.json`
-   (student, lesson, exercise, function, result, message, flags, seconds, file). Bad input (a missing file, a
-   file that is not a notebook, one it cannot match to a lesson) stops it with one line before anything runs.
+   (student, lesson, exercise, function, result, message, flags, seconds, file, isolation). Bad input (a missing
+   file, a file that is not a notebook or a notebook of the wrong shape, one it cannot match to a lesson, an
+   `--out` whose CSV or JSON exists and was not written by the grader) stops it with one line before anything
+   runs. A cell starting with `=`, `+`, `-` or `@` gets a leading `'` in the CSV, so a spreadsheet shows it as
+   text instead of running it as a formula.
    A notebook takes about its lesson's quick-mode time (below) plus a kernel's start. The lessons and checks
    are the clone's `lessons/` (`--lessons DIR` for another copy).
 5. After the deadline, hand out `lessons/exercises/solutions/`.
 
+## What the grader protects, and what it cannot
+
+**A submission is a program you run.** The grader's first line says which of two ways it runs them:
+
+* `isolation: sandbox` (the default wherever Linux allows unprivileged user namespaces; `python -m
+  minwiola.sandbox --check` says in one line whether this machine does). Each notebook's kernel runs in
+  `minwiola.sandbox`: every file system read-only except the submission's scratch folder; the solutions
+  (`lessons/exercises/solutions/`) and the clone's git history (which holds them too) look empty; no network;
+  and the kernel is process 1 of its own process namespace, so when grading ends every process the notebook
+  started dies with it, however it detached itself. It cannot delete or rewrite your files, the checks, the
+  library or the next student's notebook, and it cannot read the solutions.
+* `isolation: NONE` (macOS, Windows, containers whose seccomp profile refuses user namespaces, Ubuntu's AppArmor
+  restriction on them, or `--isolation none`). The notebook runs with all of your rights: it can read the
+  solutions and delete any file you can. The grader still kills every process it left behind (on Linux), and
+  still flags the attacks below, but it cannot undo a deleted file.
+
+What the sandbox does not do: the notebook still runs as you and can read what you can read (other students'
+submissions included), and it can use all the CPU and memory it likes; it shares the machine's kernel. For a real
+class, grade inside a throwaway container or VM (or as a user account that owns nothing of value), and use
+`--isolation sandbox` to refuse to grade at all where the sandbox is missing.
+
+**What makes a verdict trustworthy, in either mode.** Before the notebook's first cell the grader runs a cell of
+its own (`minwiola/grade_probe.py`) that receives the lesson's checks as text, read from `lessons/exercises/`
+before any student code ran, and draws a secret key inside the kernel. After the notebook, the grader's last cell
+builds the checks from that text (never from disk), calls each one, and prints the verdicts signed with the key.
+So a check cell the student edited, a check file rewritten on disk, or a verdict line forged by rewriting the
+grader's last cell (an IPython input transformer can) does not change a result: the forged line is flagged and
+the exercises get `error`. Outputs beyond 1 MB per cell are dropped as they arrive, so a notebook printing
+gigabytes costs the grader nothing.
+
 ## What the grader does, and what its results mean
 
-Each notebook runs in a fresh kernel, in a scratch copy of the student edition (so it imports the real checks
-and the installed `minwiola`, and the solutions are not there to import), in quick mode unless `MINWIOLA_QUICK`
-is set, within `--timeout` seconds (default 900) for the whole notebook; a cell that runs past it is interrupted
-and the rest of the notebook is skipped. The outputs stored in the notebook are cleared first and never read.
-Then the grader itself calls each of the lesson's checks, loaded fresh from `lessons/exercises/`, on the
-function of that name the notebook defined, each within `--check-timeout` seconds (default 60):
+Each notebook runs in a fresh kernel, in a scratch copy of the student edition, in quick mode unless
+`MINWIOLA_QUICK` is set, within `--timeout` seconds (default 900) for the whole notebook; a cell that runs past
+it is interrupted and the rest of the notebook is skipped. The outputs stored in the notebook are cleared first
+and never read. Then the grader itself calls each of the lesson's checks on the function of that name the
+notebook defined, each within `--check-timeout` seconds (default 60):
 
 | result | meaning |
 |---|---|
@@ -283,10 +315,15 @@ function of that name the notebook defined, each within `--check-timeout` second
 whatever the notebook did to its own copies): a check cell whose code differs from the lesson's (anything but
 the student's own functions and imports in it; the flag quotes the first difference), an assignment into a
 module, class or function imported from `minwiola` or `exercises` (`moe.balancing_loss = ...`), a file of
-`exercises/` changed on disk while the notebook ran, and a `.py` file of the installed `minwiola/` changed on disk
-(flagged, not undone: restore it with `git checkout minwiola/` if it was not yours). A student can still defeat any
-grader that runs their code (for instance by patching the library in memory under another name); read the flagged
-notebooks, and spot-check the others.
+`exercises/` (the scratch copy, or the real `lessons/exercises/`, solutions included) changed on disk while the
+notebook ran, a `.py` file of the installed `minwiola/` changed on disk (flagged, not undone: restore it with
+`git checkout minwiola/` if it was not yours; in the sandbox these writes fail), code that uses what can reach the
+grader's own cells (`get_ipython`, IPython's input and AST transformers, `events`, a function's `__closure__` or
+`__globals__`, frames, `gc.get_objects`, `ctypes`, `builtins`, `sys.modules`, an assignment to `sys.stdout`,
+names starting with `_minwiola`), code that names the solutions' folder, and a forged verdict line. A student
+can still defeat any grader that runs their code (by digging the key out of the grader's closure under a name
+the flags do not know, or by patching the library in memory under another name); read the flagged notebooks,
+and spot-check the others.
 """
 
 TAIL = """
