@@ -33,7 +33,8 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT, commit, hardware, train_or_reuse  # noqa: E402 (benchmarks/common.py)
+from common import (ROOT, commit, hardware, positive_float, positive_int, seed_int, target_merge_ratio,  # noqa: E402
+                    train_or_reuse, user_errors)
 from train_runs import best_eval  # noqa: E402
 
 from minwiola import atm, data  # noqa: E402
@@ -220,17 +221,20 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--block-size", type=int, default=128)
-    parser.add_argument("--eval-every", type=int, default=100)
-    parser.add_argument("--lrs", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3, 1e-2, 3e-2])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--target-mu", type=float, default=0.11, help="ATM's merge ratio (the paper's 0.08-0.14)")
-    parser.add_argument("--calibration-batches", type=int, default=20)
-    parser.add_argument("--only", nargs="+", default=None, help="train only these arms (after stages 1-2)")
+    parser.add_argument("--steps", type=positive_int, default=400)
+    parser.add_argument("--batch-size", type=positive_int, default=16)
+    parser.add_argument("--block-size", type=positive_int, default=128)
+    parser.add_argument("--eval-every", type=positive_int, default=100)
+    parser.add_argument("--lrs", type=positive_float, nargs="+", default=[3e-4, 1e-3, 3e-3, 1e-2, 3e-2])
+    parser.add_argument("--seeds", type=seed_int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--target-mu", type=target_merge_ratio, default=0.11,
+                        help="ATM's merge ratio (the paper's 0.08-0.14)")
+    parser.add_argument("--calibration-batches", type=positive_int, default=20)
+    parser.add_argument("--only", nargs="+", default=None, choices=list(arms()),
+                        help="train only these arms (after stages 1-2)")
     parser.add_argument("--reverse", action="store_true",
                         help="take the arms last first (a second process can then work from the other end)")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "ablation"))

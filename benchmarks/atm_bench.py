@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from common import ROOT, hardware  # noqa: E402 (benchmarks/common.py)
+from common import ROOT, hardware, positive_int, target_merge_ratio, user_errors  # noqa: E402 (benchmarks/common.py)
 
 from minwiola import atm, data  # noqa: E402
 from minwiola.budget import forward_flops  # noqa: E402
@@ -116,15 +116,26 @@ def machinery_time(B: int, T: int, d: int, tau: float, repeat: int = 20) -> dict
     return out
 
 
-def main() -> None:
+def target_mu(text: str) -> float:
+    """An argparse type for --mu: a target merge ratio in [0, 0.5), or a negative number (ATM on, nothing merged)."""
+    try:
+        if float(text) < 0:
+            return float(text)
+    except ValueError:
+        pass
+    return target_merge_ratio(text)
+
+
+@user_errors
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--T", type=int, default=1024)
-    parser.add_argument("--mu", type=float, nargs="+", default=[0.0, -1.0, 0.08, 0.14, 0.3],
+    parser.add_argument("--batch", type=positive_int, default=4)
+    parser.add_argument("--T", type=positive_int, default=1024)
+    parser.add_argument("--mu", type=target_mu, nargs="+", default=[0.0, -1.0, 0.08, 0.14, 0.3],
                         help="target merge ratios; 0 is ATM off, a negative value ATM on with nothing merged")
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=7)
-    args = parser.parse_args()
+    parser.add_argument("--steps", type=positive_int, default=2)
+    parser.add_argument("--repeat", type=positive_int, default=7)
+    args = parser.parse_args(argv)
     torch.manual_seed(0)
     ids = data.tokens("train")
     g = torch.Generator().manual_seed(0)
@@ -164,7 +175,8 @@ def main() -> None:
               "gflop_per_s": flop_rates(args.batch, args.T, 256, 4)}
     print(result["merge_machinery_ms"], result["gflop_per_s"])
     (ROOT / "results" / "atm_bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

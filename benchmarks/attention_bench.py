@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import ROOT, hardware  # noqa: E402 (benchmarks/common.py)
+from common import ROOT, hardware, positive_int, user_errors  # noqa: E402 (benchmarks/common.py)
 
 CASE = """
 import resource, statistics, sys, time, torch
@@ -33,11 +33,12 @@ print(statistics.median(times[1:]), (peak - base) * 1024)
 """
 
 
-def main() -> None:
+@user_errors
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096])
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=[256, 512, 1024, 2048, 4096])
+    parser.add_argument("--repeat", type=positive_int, default=5)
+    args = parser.parse_args(argv)
     rows = []
     for impl in ("explicit", "fused", "tiled"):
         for T in args.lengths:
@@ -55,6 +56,7 @@ def main() -> None:
     out = ROOT / "results" / "attention_bench.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     plot(result, ROOT / "results" / "attention_bench.png")
+    return 0
 
 
 def plot(result: dict, path: Path) -> None:
@@ -79,4 +81,4 @@ def plot(result: dict, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -33,7 +33,7 @@ import os
 import subprocess
 import sys
 
-from common import ROOT, commit, hardware  # noqa: E402 (benchmarks/common.py)
+from common import ROOT, commit, hardware, known_preset, positive_int, user_errors  # noqa: E402 (benchmarks/common.py)
 
 CASE = """
 import json, resource, statistics, sys, time, torch
@@ -86,15 +86,17 @@ def run_case(what: str, name: str, setting: str, args, threads: int) -> dict:
     return json.loads(out.stdout)
 
 
-def main() -> None:
+@user_errors
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--presets", nargs="+", default=["llama-style", "wiola-yocto"])
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--T", type=int, default=256)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    parser.add_argument("--presets", type=known_preset, nargs="+", default=["llama-style", "wiola-yocto"])
+    parser.add_argument("--batch", type=positive_int, default=16)
+    parser.add_argument("--T", type=positive_int, default=256)
+    parser.add_argument("--repeat", type=positive_int, default=5)
+    parser.add_argument("--threads", type=positive_int, default=None,
+                        help="torch threads (default: torch's own choice)")
     parser.add_argument("--result", default=str(ROOT / "results" / "checkpointing_bench.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     import torch
     threads = args.threads or torch.get_num_threads()
     rows, summary = [], {}
@@ -119,7 +121,8 @@ def main() -> None:
               "repeat": args.repeat, "rows": rows, "summary": summary}
     with open(args.result, "w") as f:
         f.write(json.dumps(result, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,7 +1,11 @@
-"""What every benchmark shares: the repository's root, the machine a result was measured on, and the commit that
-measured it. Benchmarks run as scripts (`python benchmarks/NAME.py`), so Python finds this file beside them."""
+"""What every benchmark shares: the repository's root, the machine a result was measured on, the commit that
+measured it, and the checks that make a bad option one `error:` line. Benchmarks run as scripts
+(`python benchmarks/NAME.py`), so Python finds this file beside them."""
+import argparse
 import dataclasses
+import functools
 import json
+import math
 import os
 import platform
 import statistics
@@ -113,3 +117,103 @@ def write_result(result: dict, path: Path, plot=None) -> None:
             plot(result, path.with_suffix(".png"))
         except Exception as e:
             print(f"(no figure: {e})", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Command lines: a bad option is one `error:` line before any work, never a traceback minutes (or hours) into it
+# ----------------------------------------------------------------------------------------------------------------
+
+def _number(text: str, kind: type, ok, what: str):
+    """`text` as a `kind` (int or float) for which `ok(value)` holds, else argparse's error saying it is not `what`."""
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or (kind is float and not math.isfinite(value)) or not ok(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number, 1 or more (steps, sizes, repeats, counts)."""
+    return _number(text, int, lambda v: v >= 1, "a whole number, 1 or more")
+
+
+def natural_int(text: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    return _number(text, int, lambda v: v >= 0, "a whole number, 0 or more")
+
+
+def seed_int(text: str) -> int:
+    """An argparse type: a random seed, which torch's generator holds in 64 bits."""
+    return _number(text, int, lambda v: 0 <= v < 2 ** 63, "a seed (a whole number from 0 to 2**63 - 1)")
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0 (a learning rate, a size, a threshold)."""
+    return _number(text, float, lambda v: v > 0, "a number above 0")
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number, 0 or more (a temperature, where 0 is greedy)."""
+    return _number(text, float, lambda v: v >= 0, "a number, 0 or more")
+
+
+def proportion(text: str) -> float:
+    """An argparse type: a number from 0 up to, not including, 1 (a dropout rate, a share of a time)."""
+    return _number(text, float, lambda v: 0 <= v < 1, "a number from 0 up to (not including) 1")
+
+
+def target_merge_ratio(text: str) -> float:
+    """An argparse type: ATM's target share of merged tokens, in [0, 0.5) (pairs merge at most half)."""
+    return _number(text, float, lambda v: 0 <= v < 0.5, "a merge ratio from 0 up to (not including) 0.5")
+
+
+def known_preset(text: str) -> str:
+    """An argparse type: the name of one of the model presets."""
+    from minwiola.model import PRESETS
+    if text not in PRESETS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a preset; presets are {', '.join(sorted(PRESETS))}")
+    return text
+
+
+def model_shape(text: str) -> dict:
+    """An argparse type for --shape: a JSON object of model config fields, e.g. '{"d": 16, "n_layers": 1}'.
+    Whether its values fit the arms is for `check_configs`, which knows them."""
+    from minwiola.model import ModelConfig
+    try:
+        shape = json.loads(text)
+    except ValueError:
+        shape = None
+    if not isinstance(shape, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object of model config fields, like "
+                                         '{"d": 16, "n_layers": 1}')
+    unknown = sorted(set(shape) - {f.name for f in dataclasses.fields(ModelConfig)})
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: not model config fields: {', '.join(unknown)}")
+    return shape
+
+
+def check_configs(parser: argparse.ArgumentParser, options: str, build) -> None:
+    """Call `build()`, which makes the model configs that `options` (e.g. "--shape") describe, now: a combination
+    the library refuses (a --shape whose width does not split into its heads, ...) is then a usage error naming
+    them, before any work."""
+    try:
+        build()
+    except (ValueError, TypeError) as e:
+        parser.error(f"{options}: {e}")
+
+
+def user_errors(main):
+    """Decorate a benchmark's `main(argv)`: what the library refuses (ValueError: a run folder that holds the user's
+    own files, missing or damaged data or weights, settings that do not fit) and a file that cannot be read or
+    written (OSError) print one `error:` line and return 1, as `python -m minwiola.train` does. Anything else is a
+    bug, and keeps its traceback."""
+    @functools.wraps(main)
+    def run(argv: list[str] | None = None):
+        try:
+            return main(argv)
+        except (ValueError, OSError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    return run

@@ -86,6 +86,8 @@ import torch
 
 from ablation import BASE, FIVE, PARTS, calibrate_tau, learned, summary  # noqa: E402 (benchmarks/ablation.py)
 from common import ROOT, commit, compare, hardware, save_or_return, step_times, train_or_reuse, write_result  # noqa: E402
+from common import (check_configs, model_shape, natural_int, positive_float, positive_int, proportion,  # noqa: E402
+                    seed_int, target_merge_ratio, user_errors)
 from ssm_bench import closest_d_ff  # noqa: E402
 
 from minwiola import data  # noqa: E402
@@ -344,30 +346,32 @@ def timing(tau: float, args) -> dict:
             "rule": "best of the turns; the arms take turns in one process, so the ratios are the finding"}
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--block-size", type=int, default=256)
-    parser.add_argument("--eval-every", type=int, default=200)
-    parser.add_argument("--eval-max-windows", type=int, default=None)
-    parser.add_argument("--dropout", type=float, default=0.1, help="the shipped story model's")
-    parser.add_argument("--rates", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
-    parser.add_argument("--extend", type=int, default=2, help="half-decade steps the grid may grow at its edges")
-    parser.add_argument("--sweep-seed", type=int, default=100)
-    parser.add_argument("--sweep-steps", type=int, default=None, help="default: --steps (the full budget)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=positive_int, default=3000)
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--block-size", type=positive_int, default=256)
+    parser.add_argument("--eval-every", type=positive_int, default=200)
+    parser.add_argument("--eval-max-windows", type=positive_int, default=None)
+    parser.add_argument("--dropout", type=proportion, default=0.1, help="the shipped story model's")
+    parser.add_argument("--rates", type=positive_float, nargs="+", default=[1e-3, 3e-3, 1e-2])
+    parser.add_argument("--extend", type=natural_int, default=2,
+                        help="half-decade steps the grid may grow at its edges")
+    parser.add_argument("--sweep-seed", type=seed_int, default=100)
+    parser.add_argument("--sweep-steps", type=positive_int, default=None, help="default: --steps (the full budget)")
+    parser.add_argument("--seeds", type=seed_int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--target-mu", type=float, default=0.11)
-    parser.add_argument("--calibration-batches", type=int, default=20)
-    parser.add_argument("--timing-repeat", type=int, default=10)
+    parser.add_argument("--target-mu", type=target_merge_ratio, default=0.11)
+    parser.add_argument("--calibration-batches", type=positive_int, default=20)
+    parser.add_argument("--timing-repeat", type=positive_int, default=10)
     parser.add_argument("--retime", action="store_true", help="measure the step times again")
     parser.add_argument("--timing-only", action="store_true", help="measure the step times (tau from --result); "
                                                                     "train nothing")
     parser.add_argument("--evaluate-only", action="store_true", help="gather the finished runs; train nothing")
-    parser.add_argument("--shape", type=json.loads, default=None,
+    parser.add_argument("--shape", type=model_shape, default=None,
                         help='shrink every arm alike, e.g. \'{"d": 16, "n_layers": 3}\' (tests)')
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--pid-file", default=None, help="write this process's id there (kill -STOP / -CONT)")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "convergence"))
     parser.add_argument("--result", default=str(ROOT / "results" / "convergence.json"))
@@ -380,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     args.sweep_steps = args.sweep_steps or args.steps
     if args.sweep_seed in args.seeds:
         parser.error(f"--sweep-seed {args.sweep_seed} must not be one of the reported --seeds")
+    check_configs(parser, "--shape/--dropout", lambda: [params(name, args) for name in args.arms])
     torch.set_num_threads(args.threads)
     if args.pid_file:
         Path(args.pid_file).parent.mkdir(parents=True, exist_ok=True)

@@ -70,6 +70,8 @@ import torch
 
 from common import (ROOT, commit, compare, hardware, save_or_return, train_or_reuse,  # noqa: E402
                     write_result)  # (benchmarks/common.py)
+from common import (check_configs, model_shape, non_negative_float, positive_float, positive_int,  # noqa: E402
+                    seed_int, user_errors)
 from train_runs import best_eval  # noqa: E402
 
 from minwiola import data, diffusion  # noqa: E402
@@ -425,30 +427,33 @@ def gather(name: str, lr: float, seed: int, args, known: dict | None = None) -> 
     return {"lr": lr, **evaluate_run(name, out, args)}
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--parts", nargs="+", default=["sweep", "seeds", "samples"],
                         choices=["sweep", "seeds", "samples"])
-    parser.add_argument("--lrs", type=float, nargs="+", default=None, help="the rates this process sweeps (--rates)")
-    parser.add_argument("--rates", type=float, nargs="+", default=RATES, help="the whole sweep (for 'partial')")
-    parser.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--block-size", type=int, default=128)
-    parser.add_argument("--eval-every", type=int, default=200)
-    parser.add_argument("--eval-max-windows", type=int, default=None)
-    parser.add_argument("--draws", type=int, default=4, help="Monte-Carlo draws per window for the bound")
-    parser.add_argument("--trainer-bound-windows", type=int, default=384,
+    parser.add_argument("--lrs", type=positive_float, nargs="+", default=None,
+                        help="the rates this process sweeps (--rates)")
+    parser.add_argument("--rates", type=positive_float, nargs="+", default=RATES,
+                        help="the whole sweep (for 'partial')")
+    parser.add_argument("--seeds", type=seed_int, nargs="+", default=SEEDS)
+    parser.add_argument("--steps", type=positive_int, default=600)
+    parser.add_argument("--batch-size", type=positive_int, default=16)
+    parser.add_argument("--block-size", type=positive_int, default=128)
+    parser.add_argument("--eval-every", type=positive_int, default=200)
+    parser.add_argument("--eval-max-windows", type=positive_int, default=None)
+    parser.add_argument("--draws", type=positive_int, default=4, help="Monte-Carlo draws per window for the bound")
+    parser.add_argument("--trainer-bound-windows", type=positive_int, default=384,
                         help="held-out windows of the diffusion arm's evaluations during training")
-    parser.add_argument("--shape", type=json.loads, default=None, help='shrink both arms, e.g. {"d": 16}')
-    parser.add_argument("--length", type=int, default=None, help="tokens per sample (default: --block-size)")
-    parser.add_argument("--unmask-steps", type=int, nargs="+", default=UNMASK_STEPS)
-    parser.add_argument("--block", type=int, default=32, help="semi-autoregressive block")
-    parser.add_argument("--samples", type=int, default=8)
-    parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--blank", type=int, default=16)
-    parser.add_argument("--infill-stories", type=int, default=50)
+    parser.add_argument("--shape", type=model_shape, default=None, help='shrink both arms, e.g. {"d": 16}')
+    parser.add_argument("--length", type=positive_int, default=None, help="tokens per sample (default: --block-size)")
+    parser.add_argument("--unmask-steps", type=positive_int, nargs="+", default=UNMASK_STEPS)
+    parser.add_argument("--block", type=positive_int, default=32, help="semi-autoregressive block")
+    parser.add_argument("--samples", type=positive_int, default=8)
+    parser.add_argument("--temperature", type=non_negative_float, default=0.8)
+    parser.add_argument("--blank", type=positive_int, default=16)
+    parser.add_argument("--infill-stories", type=positive_int, default=50)
     parser.add_argument("--runs", default=str(ROOT / "runs" / "diffusion"))
     parser.add_argument("--result", default=str(ROOT / "results" / "diffusion_bench.json"))
     parser.add_argument("--evaluate-only", action="store_true", help="gather the finished runs; train nothing")
@@ -456,6 +461,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.length = args.length or args.block_size
     args.lrs = args.lrs or args.rates
+    if args.length > args.block_size:
+        parser.error(f"--length {args.length} is more than --block-size {args.block_size}, the models' context")
+    if 3 * args.blank > args.length:
+        parser.error(f"--blank {args.blank} leaves no story around it in --length {args.length} (at most a third)")
+    check_configs(parser, "--shape/--block-size", lambda: counts(args.block_size, args.shape))
     path = Path(args.result)
     if args.report:
         print(report(json.loads(path.read_text())))

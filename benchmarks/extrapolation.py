@@ -34,7 +34,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import ROOT, commit, hardware, save_or_return, train_or_reuse  # noqa: E402 (benchmarks/common.py)
+from common import (ROOT, commit, hardware, positive_float, positive_int, save_or_return, seed_int,  # noqa: E402
+                    train_or_reuse, user_errors)
 from train_runs import best_eval  # noqa: E402
 
 from minwiola import data  # noqa: E402
@@ -160,22 +161,26 @@ def plot(result: dict, path: Path | None = None):
     return save_or_return(fig, path)
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--block-size", type=int, default=128, help="the training length L")
-    parser.add_argument("--factor", type=int, default=8, help="evaluate out to factor x L")
-    parser.add_argument("--eval-windows", type=int, default=32)
-    parser.add_argument("--eval-every", type=int, default=200)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=positive_int, default=600)
+    parser.add_argument("--batch-size", type=positive_int, default=16)
+    parser.add_argument("--block-size", type=positive_int, default=128, help="the training length L")
+    parser.add_argument("--factor", type=positive_int, default=8, help="evaluate out to factor x L")
+    parser.add_argument("--eval-windows", type=positive_int, default=32)
+    parser.add_argument("--eval-every", type=positive_int, default=200)
+    parser.add_argument("--lr", type=positive_float, default=3e-3)
+    parser.add_argument("--seeds", type=seed_int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--encodings", nargs="+", default=list(ENCODINGS), choices=list(ENCODINGS))
-    parser.add_argument("--threshold", type=float, default=0.1, help="nats: the gap that counts as breaking")
+    parser.add_argument("--threshold", type=positive_float, default=0.1, help="nats: the gap that counts as breaking")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "extrapolation"))
     parser.add_argument("--result", default=str(ROOT / "results" / "extrapolation.json"))
     parser.add_argument("--evaluate-only", action="store_true", help="evaluate the finished runs; train nothing")
     args = parser.parse_args(argv)
+    if args.factor < 3:  # the gap compares positions from 2L on with those below L
+        parser.error(f"--factor {args.factor}: evaluating out to {args.factor} x L leaves no position from 2L on; "
+                     f"use 3 or more")
     result_path = Path(args.result)
     old = json.loads(result_path.read_text()) if result_path.exists() else {}
     result = {"command": "python benchmarks/extrapolation.py" + "".join(" " + a for a in sys.argv[1:]),

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from common import ROOT, hardware  # noqa: E402 (benchmarks/common.py)
+from common import ROOT, hardware, known_preset, positive_int, user_errors  # noqa: E402 (benchmarks/common.py)
 
 from minwiola.generate import generate_ids  # noqa: E402
 from minwiola.model import LanguageModel, preset  # noqa: E402
@@ -22,12 +22,13 @@ from minwiola.model import LanguageModel, preset  # noqa: E402
 YOCTO_CLAIM = {"tokens_per_s": "700+", "hardware": "Apple M-series CPU (Yocto README); 200-400 on a standard laptop CPU"}
 
 
-def main() -> None:
+@user_errors
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", default="yocto")
-    parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
+    parser.add_argument("--preset", type=known_preset, default="yocto")
+    parser.add_argument("--new-tokens", type=positive_int, default=256)
+    parser.add_argument("--repeat", type=positive_int, default=5)
+    args = parser.parse_args(argv)
     torch.manual_seed(0)
     model = LanguageModel(preset(args.preset)).eval()
     prompt = torch.zeros(1, 1, dtype=torch.long)
@@ -48,7 +49,8 @@ def main() -> None:
     result["speedup"] = round(result["with_cache"] / result["without_cache"], 2)
     print(f"speed-up from the cache: {result['speedup']}x")
     (ROOT / "results" / "generation_bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -52,6 +52,8 @@ import numpy as np
 import torch
 
 from common import ROOT, commit, compare, hardware, save_or_return  # noqa: E402 (benchmarks/common.py)
+from common import (check_configs, model_shape, natural_int, positive_float, positive_int, seed_int,  # noqa: E402
+                    user_errors)
 
 from minwiola import data  # noqa: E402
 from minwiola.budget import count_params, encdec_breakdown, encdec_params, layout_costs  # noqa: E402
@@ -280,20 +282,21 @@ def costs(window: int, tokenizer_vocab: int) -> dict:
             "layouts": layout_costs(cfg, S, U), "encdec_breakdown": encdec_breakdown(cfg)}
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--window", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])     # two: a spread, in ~30 min of CPU
+    parser.add_argument("--steps", type=positive_int, default=1000)
+    parser.add_argument("--batch-size", type=positive_int, default=16)
+    parser.add_argument("--window", type=positive_int, default=128)
+    parser.add_argument("--lr", type=positive_float, default=3e-3)
+    parser.add_argument("--seeds", type=seed_int, nargs="+", default=[0, 1])     # two: a spread, in ~30 min of CPU
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--shape", type=json.loads, default=None, help='shrink both arms, e.g. {"d": 16}')
-    parser.add_argument("--eval-windows", type=int, default=256)
-    parser.add_argument("--decode-windows", type=int, default=128)
-    parser.add_argument("--eval-seed", type=int, default=1234)
-    parser.add_argument("--example", type=int, default=0)
-    parser.add_argument("--save-every", type=int, default=100)
+    parser.add_argument("--shape", type=model_shape, default=None, help='shrink both arms, e.g. {"d": 16}')
+    parser.add_argument("--eval-windows", type=positive_int, default=256)
+    parser.add_argument("--decode-windows", type=positive_int, default=128)
+    parser.add_argument("--eval-seed", type=seed_int, default=1234)
+    parser.add_argument("--example", type=natural_int, default=0)
+    parser.add_argument("--save-every", type=positive_int, default=100)
     parser.add_argument("--runs", default=str(ROOT / "runs" / "layouts"))
     parser.add_argument("--result", default=str(ROOT / "results" / "layouts.json"))
     parser.add_argument("--evaluate-only", action="store_true", help="evaluate the finished runs; train nothing")
@@ -303,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         print(report(json.loads(Path(args.result).read_text())))
         return 0
     tokenizer = default_tokenizer()
+    check_configs(parser, "--shape/--window", lambda: configs(tokenizer.vocab_size, args.window, args.shape))
     cfgs = configs(tokenizer.vocab_size, args.window, args.shape)
     kept = ("steps", "batch_size", "window", "lr", "seeds", "shape", "eval_windows", "decode_windows", "eval_seed")
     result = {"command": "python benchmarks/layouts_bench.py" + "".join(" " + a for a in (argv or sys.argv[1:])),

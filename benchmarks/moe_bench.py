@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from common import ROOT, commit, compare, hardware, save_or_return, train_or_reuse  # noqa: E402 (benchmarks/common.py)
+from common import check_configs, model_shape, positive_float, positive_int, seed_int, user_errors  # noqa: E402
 from train_runs import best_eval  # noqa: E402
 
 from minwiola import data  # noqa: E402
@@ -233,23 +234,26 @@ def plot(result: dict, path: Path | None = None):
     return save_or_return(fig, path)
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--block-size", type=int, default=128)
-    parser.add_argument("--eval-every", type=int, default=200)
-    parser.add_argument("--eval-max-windows", type=int, default=None)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--seeds-no-aux", type=int, nargs="+", default=[0])
+    parser.add_argument("--steps", type=positive_int, default=600)
+    parser.add_argument("--batch-size", type=positive_int, default=16)
+    parser.add_argument("--block-size", type=positive_int, default=128)
+    parser.add_argument("--eval-every", type=positive_int, default=200)
+    parser.add_argument("--eval-max-windows", type=positive_int, default=None)
+    parser.add_argument("--lr", type=positive_float, default=3e-3)
+    parser.add_argument("--seeds", type=seed_int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds-no-aux", type=seed_int, nargs="+", default=[0])
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--shape", type=json.loads, default=None, help='shrink every arm, e.g. {"d": 16}')
-    parser.add_argument("--inside-tokens", type=int, default=32768, help="held-out tokens for the look inside")
+    parser.add_argument("--shape", type=model_shape, default=None, help='shrink every arm, e.g. {"d": 16}')
+    parser.add_argument("--inside-tokens", type=positive_int, default=32768, help="held-out tokens for the look inside")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "moe"))
     parser.add_argument("--result", default=str(ROOT / "results" / "moe_bench.json"))
     parser.add_argument("--evaluate-only", action="store_true", help="gather the finished runs; train nothing")
     args = parser.parse_args(argv)
+    check_configs(parser, "--shape/--block-size",
+                  lambda: [counts(name, args.block_size, args.shape) for name in args.arms])
     result_path = Path(args.result)
     old = json.loads(result_path.read_text()) if result_path.exists() else {}
     result = {"command": "python benchmarks/moe_bench.py" + "".join(" " + a for a in (argv or sys.argv[1:])),

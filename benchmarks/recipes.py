@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT, commit, hardware  # noqa: E402 (benchmarks/common.py)
+from common import ROOT, commit, hardware, natural_int, positive_int, user_errors  # noqa: E402 (benchmarks/common.py)
 
 from minwiola import data  # noqa: E402
 from minwiola.budget import training_flops  # noqa: E402
@@ -191,18 +191,19 @@ def report(result: dict) -> str:
     return "\n".join(rows)
 
 
-def main(argv=None) -> None:
+@user_errors
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--recipes", nargs="+", choices=list(RECIPES), default=list(RECIPES))
-    parser.add_argument("--steps", type=int, default=20, help="timed steps per recipe (default 20)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed first steps (compilation falls here)")
+    parser.add_argument("--steps", type=positive_int, default=20, help="timed steps per recipe (default 20)")
+    parser.add_argument("--warmup", type=natural_int, default=3, help="untimed first steps (compilation falls here)")
     parser.add_argument("--full", choices=list(RECIPES), default=None, help="run this recipe to its end")
     parser.add_argument("--result", type=Path, default=RESULT)
     parser.add_argument("--report", action="store_true", help="print the README's table from --result and stop")
     args = parser.parse_args(argv)
     if args.report:
         print(report(json.loads(args.result.read_text())))
-        return
+        return 0
     result = json.loads(args.result.read_text()) if args.result.exists() else {"recipes": {}}
     here = pick_device("auto").type
     for name in ([args.full] if args.full else args.recipes):
@@ -225,7 +226,8 @@ def main(argv=None) -> None:
     result.update(command="python benchmarks/recipes.py" + "".join(" " + a for a in (argv or sys.argv[1:])),
                   commit=commit())
     args.result.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -67,7 +67,8 @@ import threading
 import time
 from pathlib import Path
 
-from common import ROOT, commit, hardware, save_or_return, write_result  # noqa: E402 (benchmarks/common.py)
+from common import (ROOT, commit, hardware, positive_float, positive_int, proportion, save_or_return,  # noqa: E402
+                    seed_int, user_errors, write_result)
 
 BENCH = Path(__file__).resolve().parent
 OFFICIAL = {"train": ("TinyStories-train.txt", 1_924_281_556), "valid": ("TinyStories-valid.txt", 19_447_282)}
@@ -902,21 +903,23 @@ def memory_gib() -> float:
     return 0.0
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=float, nargs="+", default=[0.0625, 0.25, 1, 4],
+    parser.add_argument("--sizes", type=positive_float, nargs="+", default=[0.0625, 0.25, 1, 4],
                         help="corpus sizes, 1 = the official files' bytes")
     parser.add_argument("--steps", nargs="+", choices=STEPS, default=STEPS,
                         help="steps to measure (the steps they need are added)")
     parser.add_argument("--steps-largest", nargs="+", choices=STEPS, default=None,
                         help="steps at the largest size only (default: --steps), to keep a large size affordable")
     parser.add_argument("--quick", action="store_true", help=f"one tiny size ({QUICK_SIZE}), for tests")
-    parser.add_argument("--kill-at", type=float, default=0.4, help="resume: kill after this fraction of the cold time")
-    parser.add_argument("--tiktoken-chunk", type=int, default=None,
+    parser.add_argument("--kill-at", type=proportion, default=0.4,
+                        help="resume: kill after this fraction of the cold time")
+    parser.add_argument("--tiktoken-chunk", type=positive_int, default=None,
                         help="bytes per range for the tiktoken limit (default: data.CHUNK_BYTES, data.tokens' blocks)")
     parser.add_argument("--tmp", type=Path, default=None, help="an empty or new folder to work in (default: the "
                                                                "system's temporary folder)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--result", type=Path, default=None,
                         help="default: results/scale_bench.json (--quick: runs/scale_bench_quick.json)")
     parser.add_argument("--report", action="store_true",

@@ -60,6 +60,7 @@ import torch.nn.functional as F
 
 from common import (ROOT, commit, compare, hardware, save_or_return, step_times, train_or_reuse,  # noqa: E402
                     write_result)  # (benchmarks/common.py)
+from common import check_configs, model_shape, positive_float, positive_int, seed_int, user_errors  # noqa: E402
 from tokenizer_bench import best_of  # noqa: E402
 from train_runs import best_eval  # noqa: E402
 
@@ -442,25 +443,27 @@ def report(result: dict) -> str:
     return "\n".join(rows)
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--parts", nargs="+", default=["costs", "train"], choices=["costs", "train", "long"],
                         help="long: one longer run (--long-steps, seed 0) per arm at its best rate, probed")
-    parser.add_argument("--long-steps", type=int, default=3000)
+    parser.add_argument("--long-steps", type=positive_int, default=3000)
     parser.add_argument("--arms", nargs="+", default=["llama-style", "ssm-llama-style"], choices=list(ARMS))
-    parser.add_argument("--rates", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--block-size", type=int, default=128)
-    parser.add_argument("--eval-every", type=int, default=200)
-    parser.add_argument("--eval-max-windows", type=int, default=None)
-    parser.add_argument("--shape", type=json.loads, default=None,
+    parser.add_argument("--rates", type=positive_float, nargs="+", default=[1e-3, 3e-3, 1e-2])
+    parser.add_argument("--seeds", type=seed_int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=positive_int, default=600)
+    parser.add_argument("--batch-size", type=positive_int, default=16)
+    parser.add_argument("--block-size", type=positive_int, default=128)
+    parser.add_argument("--eval-every", type=positive_int, default=200)
+    parser.add_argument("--eval-max-windows", type=positive_int, default=None)
+    parser.add_argument("--shape", type=model_shape, default=None,
                         help='shrink every arm alike, e.g. \'{"d": 32, "n_layers": 2}\' (a scaled-down check)')
-    parser.add_argument("--probe-stories", type=int, default=None, help="held-out stories probed (default: all)")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096])
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--decode-steps", type=int, default=8)
+    parser.add_argument("--probe-stories", type=positive_int, default=None,
+                        help="held-out stories probed (default: all)")
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096])
+    parser.add_argument("--repeat", type=positive_int, default=5)
+    parser.add_argument("--decode-steps", type=positive_int, default=8)
     parser.add_argument("--runs", default=str(ROOT / "runs" / "ssm"))
     parser.add_argument("--result", default=str(ROOT / "results" / "ssm_bench.json"))
     parser.add_argument("--report", action="store_true", help="print the README's tables from --result; run nothing")
@@ -471,6 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         print(report(json.loads(path.read_text())))
         return 0
+    check_configs(parser, "--shape/--block-size",
+                  lambda: [preset(*arm_config(name, args.block_size, args.shape)[:1],
+                                  **arm_config(name, args.block_size, args.shape)[1]) for name in args.arms])
     result = {"command": "python benchmarks/ssm_bench.py" + "".join(" " + a for a in (argv or sys.argv[1:])),
               "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "data": data.describe_source(), "steps": args.steps,

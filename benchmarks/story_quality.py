@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT, commit, hardware  # noqa: E402 (benchmarks/common.py)
+from common import ROOT, commit, hardware, positive_int, user_errors  # noqa: E402 (benchmarks/common.py)
 
 from minwiola import data  # noqa: E402
 from minwiola.budget import count_params  # noqa: E402
@@ -43,13 +43,14 @@ def stories_at_steps(run: Path) -> dict[int, str]:
     return {int(step): story for step, story in found}
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", help="a finished run folder")
-    parser.add_argument("--steps", type=int, nargs="+", default=[100, 300, 1000, 3000, 6000])
-    parser.add_argument("--per-prompt", type=int, default=20)
-    parser.add_argument("--tokens", type=int, default=200)
-    parser.add_argument("--n-words", type=int, default=60)
+    parser.add_argument("--steps", type=positive_int, nargs="+", default=[100, 300, 1000, 3000, 6000])
+    parser.add_argument("--per-prompt", type=positive_int, default=20)
+    parser.add_argument("--tokens", type=positive_int, default=200)
+    parser.add_argument("--n-words", type=positive_int, default=60)
     parser.add_argument("--ship", action="store_true", help="copy the best weights to minwiola/assets/story-model")
     parser.add_argument("--result", default=str(ROOT / "results" / "story_quality.json"))
     args = parser.parse_args(argv)

@@ -18,9 +18,9 @@ import tiktoken
 import torch
 
 from minwiola.data import describe_source, load_stories, tokenizer_text
-from minwiola.tokenizer import Tokenizer, bytes_per_token, default_tokenizer
+from minwiola.tokenizer import DEFAULT_SPECIALS, Tokenizer, bytes_per_token, default_tokenizer
 
-from common import ROOT, hardware  # benchmarks/common.py
+from common import ROOT, hardware, positive_int, user_errors  # benchmarks/common.py
 
 
 def best_of(repeat: int, fn) -> float:
@@ -32,12 +32,16 @@ def best_of(repeat: int, fn) -> float:
     return min(times)
 
 
-def main() -> None:
+@user_errors
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--vocab-size", type=int, default=4096)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--vocab-size", type=positive_int, default=4096)
+    parser.add_argument("--repeat", type=positive_int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "tokenizer_bench.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    least = 256 + len(DEFAULT_SPECIALS)                  # every byte, and the special tokens
+    if args.vocab_size < least:
+        parser.error(f"--vocab-size {args.vocab_size} is below {least}: the 256 bytes and the special tokens")
 
     train_text, _ = tokenizer_text()                 # what `python -m minwiola.data tokenizer` trains on
     valid_stories = load_stories("valid", limit=5000)
@@ -66,7 +70,8 @@ def main() -> None:
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     json.dump(result, sys.stdout, indent=2)
     print()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

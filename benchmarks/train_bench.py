@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT, commit, hardware  # noqa: E402 (benchmarks/common.py)
+from common import ROOT, commit, hardware, known_preset, positive_float, positive_int, user_errors  # noqa: E402
 
 from minwiola.budget import training_flops  # noqa: E402
 from minwiola.model import LanguageModel, next_token_loss, preset  # noqa: E402
@@ -62,19 +62,24 @@ def throughput(name: str, batch: int, T: int, steps: int, device: str, bf16: boo
     return row
 
 
-def main() -> None:
+@user_errors
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--presets", nargs="+", default=["yocto", "gpt2-style", "llama-style", "wiola-yocto"])
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--T", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--presets", type=known_preset, nargs="+",
+                        default=["yocto", "gpt2-style", "llama-style", "wiola-yocto"])
+    parser.add_argument("--batch", type=positive_int, default=16)
+    parser.add_argument("--T", type=positive_int, default=256)
+    parser.add_argument("--steps", type=positive_int, default=10)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (as the trainer does on CUDA)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
-    parser.add_argument("--peak-tflops", type=float, default=None, help="the device's peak, for MFU")
+    parser.add_argument("--peak-tflops", type=positive_float, default=None, help="the device's peak, for MFU")
     parser.add_argument("--result", default=None,
                         help="where to write (default results/train_bench.json, or train_bench_DEVICE.json)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    if not available[args.device]:
+        parser.error(f"--device {args.device}: this machine has none")
     launched_at = commit()
     rows = []
     for name in args.presets:
@@ -89,7 +94,8 @@ def main() -> None:
               "compile": args.compile, "peak_tflops": args.peak_tflops, "rows": rows}
     name = "train_bench.json" if args.device == "cpu" else f"train_bench_{args.device}.json"
     Path(args.result or ROOT / "results" / name).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

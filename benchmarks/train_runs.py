@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT, commit, hardware  # noqa: E402 (benchmarks/common.py)
+from common import (ROOT, commit, hardware, known_preset, non_negative_float, positive_float,  # noqa: E402
+                    positive_int, proportion, seed_int, user_errors)
 
 from minwiola import data, runs  # noqa: E402
 from minwiola.budget import count_params  # noqa: E402
@@ -67,19 +68,21 @@ def table(result: dict) -> str:
     return "\n".join(rows)
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--presets", nargs="+", default=PRESETS)
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--minutes", type=float, default=10.0, help="training-time budget (0: steps only)")
-    parser.add_argument("--steps", type=int, default=10**6, help="step budget (the default leaves it to the clock)")
-    parser.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
-    parser.add_argument("--steps-of-seed", type=int, default=None,
+    parser.add_argument("--presets", type=known_preset, nargs="+", default=PRESETS)
+    parser.add_argument("--seeds", nargs="+", type=seed_int, default=[0, 1, 2])
+    parser.add_argument("--minutes", type=non_negative_float, default=10.0, help="training-time budget (0: steps only)")
+    parser.add_argument("--steps", type=positive_int, default=10**6,
+                        help="step budget (the default leaves it to the clock)")
+    parser.add_argument("--batch-size", type=positive_int, default=TrainConfig.batch_size)
+    parser.add_argument("--steps-of-seed", type=seed_int, default=None,
                         help="give every other seed the step count this seed reached in its --minutes (a timed run "
                              "that shares the CPU gets fewer steps; a step budget does not care)")
-    parser.add_argument("--lr", type=float, default=TrainConfig.lr, help="peak learning rate")
-    parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--eval-every", type=int, default=200)
+    parser.add_argument("--lr", type=positive_float, default=TrainConfig.lr, help="peak learning rate")
+    parser.add_argument("--dropout", type=proportion, default=0.1)
+    parser.add_argument("--eval-every", type=positive_int, default=200)
     parser.add_argument("--runs", default=str(ROOT / "runs" / "compare"))
     parser.add_argument("--result", default=str(ROOT / "results" / "train_runs.json"))
     parser.add_argument("--report", action="store_true", help="print the README table from --result; train nothing")

@@ -1,0 +1,96 @@
+"""Every benchmark refuses a bad option in one `error:` line before it does any work, never with a traceback.
+
+Each case calls the script's `main(argv)` in this process; all of them stop while the options are read, so the
+whole file takes seconds (loading the scripts is most of it).
+"""
+import functools
+
+import pytest
+
+from load_benchmark import benchmark
+
+SHAPE_TOO_NARROW = '{"d": 3}'  # a width that no preset's heads divide
+
+BAD_OPTIONS = {
+    "ablation": [["--steps", "0"], ["--batch-size", "-2"], ["--lrs", "-1"], ["--seeds", "x"],
+                 ["--target-mu", "0.7"], ["--calibration-batches", "0"], ["--only", "nope"]],
+    "atm_bench": [["--batch", "0"], ["--T", "0"], ["--steps", "0"], ["--repeat", "0"], ["--mu", "nan"]],
+    "attention_bench": [["--lengths", "0"], ["--repeat", "0"]],
+    "checkpointing_bench": [["--presets", "nope"], ["--batch", "0"], ["--repeat", "0"], ["--threads", "0"]],
+    "convergence": [["--steps", "0"], ["--rates", "0"], ["--threads", "0"], ["--dropout", "1"],
+                    ["--extend", "-1"], ["--target-mu", "0.5"], ["--shape", "[1]"],
+                    ["--shape", SHAPE_TOO_NARROW]],
+    "diffusion_bench": [["--steps", "0"], ["--lrs", "nan"], ["--draws", "0"], ["--temperature", "-1"],
+                        ["--unmask-steps", "0"], ["--shape", SHAPE_TOO_NARROW]],
+    "extrapolation": [["--factor", "2"], ["--eval-windows", "0"], ["--threshold", "inf"], ["--lr", "0"]],
+    "generation_bench": [["--preset", "nope"], ["--new-tokens", "0"], ["--repeat", "0"]],
+    "layouts_bench": [["--window", "0"], ["--seeds", "-1"], ["--example", "-1"], ["--shape", '{"x": 1}'],
+                      ["--shape", SHAPE_TOO_NARROW]],
+    "moe_bench": [["--inside-tokens", "0"], ["--seeds-no-aux", "x"], ["--eval-max-windows", "0"],
+                  ["--shape", SHAPE_TOO_NARROW]],
+    "recipes": [["--steps", "0"], ["--warmup", "-1"]],
+    "scale_bench": [["--sizes", "0"], ["--kill-at", "1.5"], ["--tiktoken-chunk", "0"], ["--seed", "-1"]],
+    "ssm_bench": [["--lengths", "0"], ["--long-steps", "0"], ["--probe-stories", "0"], ["--repeat", "0"],
+                  ["--shape", SHAPE_TOO_NARROW]],
+    "story_quality": [["some-run", "--tokens", "0"], ["some-run", "--steps", "x"], ["some-run", "--per-prompt", "0"]],
+    "tokenizer_bench": [["--repeat", "0"], ["--vocab-size", "10"]],
+    "train_bench": [["--presets", "nope"], ["--steps", "0"], ["--batch", "0"], ["--device", "tpu"],
+                    ["--peak-tflops", "0"]],
+    "train_runs": [["--presets", "nope"], ["--minutes", "-1"], ["--seeds", "1e3"], ["--steps-of-seed", "-5"],
+                   ["--dropout", "2"]],
+}
+CASES = [(name, argv) for name, bad in BAD_OPTIONS.items() for argv in bad]
+
+
+@functools.cache
+def script(name: str):
+    return benchmark(name)
+
+
+def one_error_line(capsys, main, argv: list[str]) -> str:
+    """Run `main(argv)`: it must fail, and what it printed on stderr must end in its one `error:` line (after
+    argparse's usage, if it is a usage error), with no traceback."""
+    try:
+        status = main(argv)
+    except SystemExit as stop:
+        status = stop.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status not in (0, None), err
+    assert err and "error: " in err[-1] and sum("error:" in line for line in err) == 1, err
+    assert not any("Traceback" in line for line in err), err
+    return err[-1]
+
+
+def test_every_benchmark_is_covered():
+    from load_benchmark import BENCHMARKS
+    assert {p.stem for p in BENCHMARKS.glob("*.py")} - {"common"} == set(BAD_OPTIONS)
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """Should a script ever get past its options, it writes under tmp_path, never into the repository's runs/ or
+    results/ (their defaults are made from each script's ROOT, and recipes.py's RESULT)."""
+    for name in BAD_OPTIONS:
+        monkeypatch.setattr(script(name), "ROOT", tmp_path)
+    monkeypatch.setattr(script("recipes"), "RESULT", tmp_path / "recipes.json")
+    monkeypatch.setenv("MINWIOLA_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("name, argv", CASES, ids=[f"{n} {' '.join(a)}" for n, a in CASES])
+def test_a_bad_option_is_one_error_line(sandbox, capsys, name, argv):
+    line = one_error_line(capsys, script(name).main, argv)
+    option = next(a for a in argv if a.startswith("--"))
+    assert option in line, line                                   # it names the option to fix
+
+
+def test_a_run_folder_of_the_users_is_refused_in_one_line(sandbox, tmp_path, capsys):
+    """train_runs.py over a folder that holds the user's own files: refused by the library (RunFolderError),
+    nothing touched, and said in one line."""
+    mine = tmp_path / "runs" / "llama-style-s0"
+    mine.mkdir(parents=True)
+    (mine / "thesis.tex").write_text("my work")
+    line = one_error_line(capsys, script("train_runs").main,
+                          ["--runs", str(tmp_path / "runs"), "--presets", "llama-style", "--seeds", "0",
+                           "--minutes", "0", "--steps", "1", "--result", str(tmp_path / "r.json")])
+    assert str(mine) in line
+    assert [p.name for p in mine.iterdir()] == ["thesis.tex"] and (mine / "thesis.tex").read_text() == "my work"
