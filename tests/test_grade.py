@@ -242,11 +242,13 @@ def test_a_real_lesson_with_its_solutions_scores_full(tmp_path):
     assert [x["result"] for x in report["results"]] == ["correct"] * len(grade.exercises_of(grade.LESSONS, "04_inference"))
 
 
-def test_a_notebook_that_kills_its_kernel_gets_errors_and_the_grader_goes_on(lessons, tmp_path):
+def test_a_notebook_that_kills_its_kernel_gets_errors_and_the_grader_goes_on(lessons, tmp_path, capsys):
     dead = _submit(tmp_path, "hal_01_tiny.ipynb", _lesson(SOLVED_1, stubs_2="import os\nos._exit(1)\n"))
     fine = _submit(tmp_path, "ivy_01_tiny.ipynb", _lesson(SOLVED_1))
     out = tmp_path / "grades.csv"
     assert grade.main([str(dead), str(fine), "--out", str(out), "--lessons", str(lessons)]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == grade.ISOLATION_NOTE[grade.isolation()]            # first, what the submissions ran in
     table = list(csv.DictReader(out.open()))
     assert {(r["result"], "the kernel stopped" in r["message"]) for r in table if r["student"] == "hal"} == \
         {("error", True)}
