@@ -8,6 +8,7 @@
     python benchmarks/ssm_bench.py --parts long --arms llama-style &      # 3,000 steps, seed 0, each arm...
     python benchmarks/ssm_bench.py --parts long --arms ssm-llama-style    # ...at its best rate
     python benchmarks/ssm_bench.py --evaluate-only                        # gather every finished run
+    python benchmarks/ssm_bench.py --summarise-only                       # summaries and figure from the file
 
 **Costs** (`--parts costs`; batch 1, d = 64, float32, no gradients, the thread count of the process). Seconds per
 forward of one token mixer at T = 128 .. 4096 (best of --repeat): attention (llama-style's: 4 heads, RoPE) with the
@@ -27,6 +28,10 @@ the whole held-out split every --eval-every steps; the best evaluation counts). 
 --rates on seed 0; then --seeds run at the arm's best rate (the sweep's seed-0 run is reused). An arm without a sweep
 (`selective`) takes the rate its `rate_from` arm found best. The rule for "better": two arms' mean held-out bits per
 byte differ by more than twice the larger of their seed spreads (max - min over seeds), else "within noise".
+Seed 0 chose its arm's rate (the best of the sweep's seed-0 runs is that arm's seed 0), so its number is the best of
+several tries: the report's means and verdicts count only each arm's *fresh* seeds, those whose run did not choose
+its rate, and show seed 0 apart (an arm whose rate came from another arm's sweep keeps every seed). The means and the
+verdicts over all seeds stay in the file too (`mean_*`, `comparison`; the fresh ones: `fresh`, `comparison_fresh`).
 
 **Recall probe** (every seed's run, as it is gathered): each held-out story, preceded by <|endoftext|> as in
 training, cut to its first --block-size tokens. The probe's positions are those whose next token starts a
@@ -41,7 +46,9 @@ gathered and probed the same way: whether five times the training changes what e
 
 Runs live in --runs/ARM-lrRATE-sSEED: finished ones are reused (after checking their settings), stopped ones
 resumed. The result file is rewritten after every run (merged with what another process wrote there), so a partial
-result is never lost; `--evaluate-only` trains nothing, gathers every finished run and keeps the stored costs.
+result is never lost; `--evaluate-only` trains nothing, gathers every finished run and keeps the stored costs;
+`--summarise-only` reads no run either: it recomputes the summaries and verdicts from the per-seed numbers in
+--result and redraws the figure.
 """
 import argparse
 import dataclasses
@@ -82,6 +89,9 @@ REFERENCE = "llama-style"                # the arm every other is compared with
 MIXERS = ("attention (fused)", "attention (explicit)", "S4D (FFT convolution)", "S4D (scan)", "selective (scan)",
           "S4D kernel K alone")
 DECODERS = {"llama-style": "KV cache", "ssm-llama-style": "SSM state"}
+FRESH_RULE = ("an arm's fresh seeds are those whose run did not choose its rate: an arm with a sweep took the best "
+              "of its seed-0 runs, which is its seed 0, so seed 0 is set apart; an arm whose rate came from another "
+              "arm's sweep keeps every seed. 'fresh' and 'comparison_fresh' apply the same rule to fresh seeds only")
 NOT_ASSERTED = ("no timing is asserted: a shared CPU (see load_average); the ratios between mixers and their growth "
                 "with T are the finding, not the seconds")
 
@@ -279,33 +289,64 @@ def gather_run(out: Path, windows: dict | None) -> dict:
     return run
 
 
-def summarise(arm: dict) -> None:
-    """Mean and spread over the seeds of an arm, in place."""
-    seeds = list(arm["seeds"].values())
-    if not seeds:
-        return
+def seed_summary(seeds: list[dict]) -> dict:
+    """Mean and spread over some seeds' runs (with the probe's means where every run was probed)."""
+    out = {}
     for key in ("bits_per_byte", "nats_per_token", "tokens_per_s", "train_seconds"):
         values = [s[key] for s in seeds]
-        arm[f"mean_{key}"] = statistics.mean(values)
-        arm[f"spread_{key}"] = max(values) - min(values)
-    arm["perplexity_of_mean"] = math.exp(arm["mean_nats_per_token"])
+        out[f"mean_{key}"] = statistics.mean(values)
+        out[f"spread_{key}"] = max(values) - min(values)
+    out["perplexity_of_mean"] = math.exp(out["mean_nats_per_token"])
     if all("probe" in s for s in seeds):
         for part in ("recall", "all"):
             for key in ("loss", "top1"):
-                arm[f"probe_{part}_{key}"] = statistics.mean(s["probe"][part][key] for s in seeds)
-
-
-def verdicts(result: dict) -> dict:
-    arms = result["arms"]
-    out = {}
-    if REFERENCE not in arms or not arms[REFERENCE]["seeds"]:
-        return out
-    reference = [s["bits_per_byte"] for s in arms[REFERENCE]["seeds"].values()]
-    for name, arm in arms.items():
-        if name != REFERENCE and arm["seeds"]:
-            other = [s["bits_per_byte"] for s in arm["seeds"].values()]
-            out[name] = {"against": REFERENCE, "seeds": len(other), **compare(other, reference)}
+                out[f"probe_{part}_{key}"] = statistics.mean(s["probe"][part][key] for s in seeds)
     return out
+
+
+def fresh_seeds(arm: dict) -> list[str]:
+    """The arm's seeds whose run did not choose its rate: its sweep ran on seed 0 and the best sweep run is its seed
+    0, so seed 0 is set apart; an arm whose rate came from another arm's sweep keeps every seed."""
+    return [seed for seed in arm["seeds"] if arm["rate_from"] != "sweep" or seed != "0"]
+
+
+def summarise(arm: dict) -> None:
+    """Mean and spread over the seeds of an arm, in place: over all its seeds (`mean_*`, `spread_*`, `probe_*`) and
+    over its fresh seeds only (`fresh`: the seeds, then the same keys)."""
+    seeds = list(arm["seeds"].values())
+    if not seeds:
+        return
+    arm.update(seed_summary(seeds))
+    fresh = fresh_seeds(arm)
+    arm["fresh"] = {"seeds": fresh, **(seed_summary([arm["seeds"][s] for s in fresh]) if fresh else {})}
+
+
+def verdicts(result: dict, fresh: bool = False) -> dict:
+    """The rule, every arm against REFERENCE, on all their seeds or (fresh) only on the seeds that did not choose
+    their rate."""
+    arms = result["arms"]
+    pick = (lambda arm: fresh_seeds(arm)) if fresh else (lambda arm: list(arm["seeds"]))
+    out = {}
+    if REFERENCE not in arms or not pick(arms[REFERENCE]):
+        return out
+    reference = [arms[REFERENCE]["seeds"][s]["bits_per_byte"] for s in pick(arms[REFERENCE])]
+    for name, arm in arms.items():
+        if name != REFERENCE and pick(arm):
+            other = [arm["seeds"][s]["bits_per_byte"] for s in pick(arm)]
+            out[name] = {"against": REFERENCE, "seeds": len(other), **compare(other, reference)}
+            if fresh:
+                out[name]["seeds_counted"] = {name: pick(arm), REFERENCE: pick(arms[REFERENCE])}
+    return out
+
+
+def resummarise(result: dict) -> None:
+    """Every arm's summaries and both sets of verdicts, in place, from the per-seed numbers alone."""
+    for arm in result["arms"].values():
+        arm["best_lr"] = best_rate(arm["sweep"]) if arm["sweep"] else arm.get("best_lr")
+        summarise(arm)
+    result["fresh_rule"] = FRESH_RULE
+    result["comparison"] = verdicts(result)
+    result["comparison_fresh"] = verdicts(result, fresh=True)
 
 
 def write(result: dict, path: Path) -> None:
@@ -321,22 +362,21 @@ def write(result: dict, path: Path) -> None:
             result.setdefault("costs", disk.get("costs"))
             if result["costs"] is None:
                 result.pop("costs")
-    for arm in result["arms"].values():
-        arm["best_lr"] = best_rate(arm["sweep"]) if arm["sweep"] else arm.get("best_lr")
-        summarise(arm)
-    result["comparison"] = verdicts(result)
+    resummarise(result)
     write_result(result, path, plot)
 
 
 def plot(result: dict, path: Path | None = None):
-    """(a) seconds per forward of each mixer against T, (b) decoding memory against T, (c) held-out bits per byte
-    per arm and seed, (d) the recall probe's loss per arm, (e) seconds per decoded token against T."""
+    """In the order of lesson 13's text. Costs: (a) seconds per forward of each mixer against T, (b) seconds per
+    decoded token against T, (c) decoding memory against T. Training: (d) held-out bits per byte per arm and seed
+    (seed 0, which chose the rate, hollow; the line is the mean of the fresh seeds), (e) the recall probe's loss per
+    arm, (f) the same after the longer runs."""
     import matplotlib
     if path is not None:
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8.4))
-    (a, b, e), (c, d, f) = axes
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.6))
+    (a, b, c), (d, e, f) = axes
     cost = result.get("costs")
     if cost:
         Ts = cost["lengths"]
@@ -347,44 +387,53 @@ def plot(result: dict, path: Path | None = None):
         a.set_ylabel("seconds per forward (best of repeats)")
         a.legend(fontsize=7)
         for name, dec in cost["decoding"].items():
-            line, = b.loglog(Ts, np.array(dec["bytes"]) / 2**20, "o-", label=f"{name}: {dec['cache']}, measured")
-            b.loglog(Ts, np.array(dec["analytic_bytes"]) / 2**20, "x--", color=line.get_color(),
-                     label=f"{name}: budget's formula")
-            e.semilogx(Ts, np.array(dec["seconds_per_token"]) * 1e3, "o-", label=f"{name} ({dec['cache']})")
-        b.set_title("(b) decoding memory at position T (float32, batch 1)", fontsize=9)
+            b.semilogx(Ts, np.array(dec["seconds_per_token"]) * 1e3, "o-", label=f"{name} ({dec['cache']})")
+            line, = c.loglog(Ts, np.array(dec["bytes"]) / 2**20, "o-", ms=8, label=f"{name}: {dec['cache']}, measured")
+            c.loglog(Ts, np.array(dec["analytic_bytes"]) / 2**20, "x", ms=6, color="k",
+                     label=f"{name}: budget's formula" if name == REFERENCE else None)
+        b.set_yscale("linear")
+        b.set_title("(b) the whole model, one new token at position T", fontsize=9)
         b.set_xlabel("position T (tokens)")
-        b.set_ylabel("MiB held by the caches")
+        b.set_ylabel("ms per token (best of the decoded tokens)")
         b.legend(fontsize=7)
-        for ax in (a, b, e):
+        c.set_title("(c) decoding memory at position T (float32, batch 1)", fontsize=9)
+        c.set_xlabel("position T (tokens)")
+        c.set_ylabel("MiB held by the caches")
+        handles, labels = c.get_legend_handles_labels()
+        c.legend(handles, [label.replace(f"{REFERENCE}: ", "") if "formula" in label else label for label in labels],
+                 fontsize=7, loc="center right")
+        for ax in (a, b, c):
             ax.set_xticks(Ts, [str(T) for T in Ts])
             ax.minorticks_off()
-        e.set_yscale("linear")
-        e.set_title("(e) the whole model, one new token at position T", fontsize=9)
-        e.set_xlabel("position T (tokens)")
-        e.set_ylabel("ms per token (best of the decoded tokens)")
-        e.legend(fontsize=7)
     arms = {n: a_ for n, a_ in result.get("arms", {}).items() if a_["seeds"]}
     for i, (name, arm) in enumerate(arms.items()):
-        bpb = [s["bits_per_byte"] for s in arm["seeds"].values()]
-        c.plot([i] * len(bpb), bpb, "o", color=f"C{i}")
-        c.hlines(statistics.mean(bpb), i - 0.25, i + 0.25, color=f"C{i}")
-        for seed, value in zip(arm["seeds"], bpb):
-            c.annotate(f" s{seed}", (i, value), fontsize=7)
+        fresh = fresh_seeds(arm)
+        for k, (seed, run) in enumerate(arm["seeds"].items()):     # side by side: close values never overprint
+            x = i + (k - (len(arm["seeds"]) - 1) / 2) * 0.2
+            d.plot(x, run["bits_per_byte"], "o", color=f"C{i}", ms=7, mfc=f"C{i}" if seed in fresh else "white")
+            d.annotate(f"s{seed}", (x, run["bits_per_byte"]), xytext=(5, 0), textcoords="offset points",
+                       va="center", fontsize=7)
+        if fresh:
+            d.hlines(statistics.mean(arm["seeds"][s]["bits_per_byte"] for s in fresh), i - 0.38, i + 0.38,
+                     color=f"C{i}", lw=1, zorder=0)
         probes = [s["probe"] for s in arm["seeds"].values() if "probe" in s]
         for j, part in enumerate(("recall", "all")):
             values = [p[part]["loss"] for p in probes]
             if values:
-                d.bar(i + (j - 0.5) * 0.38, statistics.mean(values), 0.36, color=f"C{i}", alpha=1.0 if j else 0.55,
+                e.bar(i + (j - 0.5) * 0.38, statistics.mean(values), 0.36, color=f"C{i}", alpha=1.0 if j else 0.55,
                       hatch="" if j else "//", edgecolor="k")
-                d.plot([i + (j - 0.5) * 0.38] * len(values), values, "k.", ms=4)
+                e.plot([i + (j - 0.5) * 0.38] * len(values), values, "k.", ms=4)
     names = list(arms)
-    c.set_xticks(range(len(names)), [f"{n}\nlr {arms[n].get('best_lr', 0):g}" for n in names], fontsize=8)
-    c.set_ylabel("held-out bits per byte (best evaluation)")
-    c.set_title(f"(c) {result['steps']} steps of {result['batch_size']} x {result['block_size']} tokens; "
-                "line: mean over seeds", fontsize=9)
-    d.set_xticks(range(len(names)), names, fontsize=8)
-    d.set_ylabel("held-out loss (nats/token)")
-    d.set_title("(d) recall probe: hatched, names seen before; plain, all tokens (dots: seeds)", fontsize=9)
+    d.set_xticks(range(len(names)), [f"{n}\nlr {arms[n].get('best_lr', 0):g}" for n in names], fontsize=8)
+    d.set_xlim(-0.5, max(len(names), 1) - 0.5)
+    d.margins(y=0.08)
+    d.set_ylabel("held-out bits per byte (best evaluation)")
+    d.set_title(f"(d) {result['steps']} steps of {result['batch_size']} x {result['block_size']} tokens, per seed sN;\n"
+                "hollow: seed 0, its run chose the rate; line: mean of the other seeds", fontsize=9)
+    e.set_xticks(range(len(names)), names, fontsize=8)
+    e.set_ylabel("held-out loss (nats/token)")
+    e.set_title("(e) recall probe, mean of the seeds (dots: each seed);\nhatched: names seen before; plain: all tokens",
+                fontsize=9)
     longer = [(n, steps, run) for n, arm in arms.items() for steps, run in arm.get("long", {}).items()]
     for i, (name, steps, run) in enumerate(longer):
         for j, part in enumerate(("recall", "all")):
@@ -395,7 +444,8 @@ def plot(result: dict, path: Path | None = None):
     if longer:
         f.set_xticks(range(len(longer)), [f"{n}\n{s} steps, seed 0" for n, s, _ in longer], fontsize=8)
         f.set_ylabel("held-out loss (nats/token)")
-        f.set_title("(f) after the longer runs (hatched: names; numbers: top-1)", fontsize=9)
+        f.set_title("(f) after the longer runs, as (e);\nnumbers: how often the top guess is right", fontsize=9)
+        f.margins(y=0.08)
     else:
         f.axis("off")
     fig.suptitle(f"{result['data']} | {result['hardware']}", fontsize=9)
@@ -404,17 +454,22 @@ def plot(result: dict, path: Path | None = None):
 
 
 def report(result: dict) -> str:
-    """The README's two tables, from a result file: the training comparison with the probe, and the costs."""
-    rows = ["| arm | parameters | peak rate | seeds | bits/byte (mean) | spread (max - min) | nats/token | tokens/s "
-            "| difference | 2 x larger spread | verdict | probe loss: names | all tokens | probe top-1: names |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    """The README's tables, from a result file: the training comparison with the probe (means and verdicts over the
+    fresh seeds, seed 0 apart where it chose the rate), the longer runs, and the costs."""
+    rows = ["| arm | parameters | peak rate | rate chosen by | fresh seeds | bits/byte (mean) | spread (max - min) "
+            "| nats/token | tokens/s | difference | 2 x larger spread | verdict | probe loss: names | all tokens "
+            "| probe top-1: names | seed 0 (chose the rate): bits/byte |", "|---" * 16 + "|"]
     for name, arm in result["arms"].items():
-        c = result["comparison"].get(name)
+        c, fresh = result["comparison_fresh"].get(name), arm["fresh"]
         versus = (f"{c['difference']:+.4f} | {c['bound']:.4f} | {c['verdict']}" if c else "| | reference")
-        rows.append(f"| `{name}` | {arm['params']:,} | {arm['best_lr']:g} | {len(arm['seeds'])} | "
-                    f"{arm['mean_bits_per_byte']:.4f} | {arm['spread_bits_per_byte']:.4f} | "
-                    f"{arm['mean_nats_per_token']:.3f} | {arm['mean_tokens_per_s']:,.0f} | {versus} | "
-                    f"{arm['probe_recall_loss']:.3f} | {arm['probe_all_loss']:.3f} | {arm['probe_recall_top1']:.1%} |")
+        chosen = arm["rate_from"] != "sweep"
+        rows.append(f"| `{name}` | {arm['params']:,} | {arm['best_lr']:g} | "
+                    f"{'`' + arm['rate_from'] + '`' + chr(39) + 's sweep' if chosen else 'its sweep, seed 0'} | "
+                    f"{', '.join(fresh['seeds'])} | {fresh['mean_bits_per_byte']:.4f} | "
+                    f"{fresh['spread_bits_per_byte']:.4f} | {fresh['mean_nats_per_token']:.3f} | "
+                    f"{fresh['mean_tokens_per_s']:,.0f} | {versus} | {fresh['probe_recall_loss']:.3f} | "
+                    f"{fresh['probe_all_loss']:.3f} | {fresh['probe_recall_top1']:.1%} | "
+                    f"{'(counted)' if chosen else format(arm['seeds']['0']['bits_per_byte'], '.4f')} |")
     longer = [(n, steps, run) for n, arm in result["arms"].items() for steps, run in arm.get("long", {}).items()]
     if longer:
         rows += ["", "| longer run | peak rate | bits/byte | nats/token | probe loss: names | all tokens "
@@ -469,10 +524,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="print the README's tables from --result; run nothing")
     parser.add_argument("--evaluate-only", action="store_true",
                         help="gather every finished run of every arm (and probe it); train and time nothing")
+    parser.add_argument("--summarise-only", action="store_true",
+                        help="recompute the summaries and verdicts from the per-seed numbers in --result and redraw "
+                             "its figure; read no run, train and time nothing")
     args = parser.parse_args(argv)
     path = Path(args.result)
     if args.report:
         print(report(json.loads(path.read_text())))
+        return 0
+    if args.summarise_only:
+        result = json.loads(path.read_text())
+        resummarise(result)
+        write_result(result, path, plot)
         return 0
     check_configs(parser, "--shape/--block-size",
                   lambda: [preset(*arm_config(name, args.block_size, args.shape)[:1],

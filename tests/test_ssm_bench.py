@@ -121,3 +121,35 @@ def test_a_tiny_run_end_to_end(tmp_path):
     assert again["arms"]["ssm-llama-style"]["long"]["3"] == r["arms"]["ssm-llama-style"]["long"]["3"]
     assert "| `ssm-llama-style` | " in b.report(again)
     assert again["arms"]["llama-style"]["mean_bits_per_byte"] == pytest.approx(r["arms"]["llama-style"]["mean_bits_per_byte"])
+    # seed 0 chose each swept arm's rate: the fresh summary and verdict count seed 1 only
+    for name in ("llama-style", "ssm-llama-style"):
+        arm = again["arms"][name]
+        assert arm["fresh"]["seeds"] == ["1"] and arm["fresh"]["mean_bits_per_byte"] == arm["seeds"]["1"]["bits_per_byte"]
+    fresh = again["comparison_fresh"]["ssm-llama-style"]
+    assert fresh["seeds_counted"] == {"ssm-llama-style": ["1"], "llama-style": ["1"]} and fresh["verdict"] == "one seed"
+    # --summarise-only reads no run: the same summaries from the file alone, and the figure redrawn
+    (tmp_path / "ssm.png").unlink()
+    stripped = {**again, "comparison": {}, "comparison_fresh": {},
+                "arms": {n: {k: v for k, v in a.items() if k not in ("fresh", "mean_bits_per_byte")}
+                         for n, a in again["arms"].items()}}
+    result.write_text(json.dumps(stripped))
+    assert b.main(["--summarise-only", "--runs", str(tmp_path / "nowhere"), "--result", str(result)]) == 0
+    assert json.loads(result.read_text()) == again and (tmp_path / "ssm.png").exists()
+
+
+def test_fresh_seeds_set_apart_only_the_seed_that_chose_the_rate():
+    b = ssm_bench()
+    runs = {seed: {"bits_per_byte": bpb, "nats_per_token": bpb, "tokens_per_s": 1.0, "train_seconds": 1.0}
+            for seed, bpb in (("0", 1.30), ("1", 1.40), ("2", 1.42))}
+    swept = {"rate_from": "sweep", "sweep": {"0.01": runs["0"]}, "seeds": runs}
+    borrowed = {"rate_from": "ssm-llama-style", "best_lr": 0.01, "sweep": {},
+                "seeds": {"0": {**runs["0"], "bits_per_byte": 1.25}}}
+    result = {"arms": {"llama-style": swept, "ssm-llama-style": {**swept, "seeds": {
+        s: {**r, "bits_per_byte": r["bits_per_byte"] - 0.15} for s, r in runs.items()}}, "selective": borrowed}}
+    b.resummarise(result)
+    assert b.fresh_seeds(swept) == ["1", "2"] and b.fresh_seeds(borrowed) == ["0"]
+    assert swept["fresh"]["mean_bits_per_byte"] == pytest.approx(1.41) and swept["mean_bits_per_byte"] == pytest.approx(4.12 / 3)
+    # on all seeds the spread 0.12 hides the difference 0.15; on seeds 1 and 2 it is beyond twice their spread 0.02
+    assert result["comparison"]["ssm-llama-style"]["verdict"] == "within noise"
+    assert result["comparison_fresh"]["ssm-llama-style"]["verdict"] == "lower"
+    assert result["comparison_fresh"]["selective"]["seeds_counted"] == {"selective": ["0"], "llama-style": ["1", "2"]}
