@@ -37,6 +37,16 @@ over seeds, encdec minus decoder, is "lower"/"higher" when its size exceeds twic
 of the two arms, else "within noise". With a single seed there is no spread: "one seed", indicative only. Both arms
 share one peak rate, not tuned per arm, and one number of steps: a layout that wants longer is at a disadvantage.
 
+(c) `--task sort` (a synthetic task, run on its own, stored under the result's "sort" key; the span-corruption
+    entries are left as they are): the source is 8 random digits, the target the same digits in ascending order.
+    Nothing but the source fixes the target, so a model that ignores its source pays several nats per target token
+    and one that reads it pays almost nothing: with each target given another row's source the loss must rise by
+    whole nats. Both arms at d = 32 (encdec 2 + 2 layers, decoder-only 4 layers of matched parameters),
+    --sort-steps steps of 32 fresh pairs at rate 0.01, seeds --seeds; held out: 512 pairs drawn with seed 4321.
+    No run folders: each arm trains in seconds.
+
+        OMP_NUM_THREADS=1 python benchmarks/layouts_bench.py --task sort
+
 Runs live in --runs/ARM-sSEED: a checkpoint every --save-every steps (model, optimiser, generator, elapsed time),
 so a killed run resumes where it stopped; a finished run (final.pt) is reused. The result is rewritten after
 every arm. `--evaluate-only` trains nothing and evaluates the finished runs.
@@ -122,6 +132,19 @@ def save(path: Path, state: dict) -> None:
     tmp.replace(path)
 
 
+def optimiser_step(name: str, model, opt, batch: tuple, lr: float) -> float:
+    """One step at rate `lr` on the target loss of batch = (source, target, start id), gradients clipped at 1.0;
+    returns the loss (nats per target token, rounded to 4 places)."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    loss = target_loss(name, model, *batch)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return round(loss.item(), 4)
+
+
 def train(name: str, cfg, seed: int, args, tokenizer) -> Path:
     """Train arm `name` into runs/NAME-sSEED (resuming a checkpoint), unless final.pt is there. Returns the folder."""
     out = Path(args.runs) / f"{name}-s{seed}"
@@ -150,22 +173,16 @@ def train(name: str, cfg, seed: int, args, tokenizer) -> Path:
     model.train()
     began = time.perf_counter() - elapsed
     while step < args.steps:
-        for group in opt.param_groups:
-            group["lr"] = learning_rate(step / args.steps, args.lr, 0.05)
         x, _ = data.get_batch(stream, args.batch_size, args.window, g)
         src, tgt = span_corruption(x, first_sentinel=first, generator=g)
-        loss = target_loss(name, model, src, tgt, start_id)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(round(loss.item(), 4))
+        losses.append(optimiser_step(name, model, opt, (src, tgt, start_id),
+                                     learning_rate(step / args.steps, args.lr, 0.05)))
         step += 1
         if step % args.save_every == 0 or step == args.steps:
             state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "generator": g.get_state(),
                      "step": step, "elapsed": time.perf_counter() - began, "losses": losses, "settings": settings}
             save(out / "checkpoint.pt", state)
-            print(f"{out.name} step {step}: train loss {loss.item():.3f}, {state['elapsed']:.0f} s", flush=True)
+            print(f"{out.name} step {step}: train loss {losses[-1]:.3f}, {state['elapsed']:.0f} s", flush=True)
     save(out / "final.pt", {"model": model.state_dict(), "steps": step, "train_seconds": time.perf_counter() - began,
                             "losses": losses, "settings": settings})
     (out / "checkpoint.pt").unlink()
@@ -282,6 +299,91 @@ def costs(window: int, tokenizer_vocab: int) -> dict:
             "layouts": layout_costs(cfg, S, U), "encdec_breakdown": encdec_breakdown(cfg)}
 
 
+# ----------------------------------------------------------------------------------------------------
+# (c) --task sort: a synthetic task that cannot be done without reading the source
+# ----------------------------------------------------------------------------------------------------
+
+DIGITS, SPAN = 10, 8          # the source: 8 digits 0..9; the target: the same digits sorted; id 10 starts targets
+SORT = {"steps": 400, "batch_size": 32, "lr": 1e-2, "eval_rows": 512, "eval_seed": 4321}
+
+
+def sort_task(n: int, generator: torch.Generator, span: int = SPAN) -> tuple[torch.Tensor, torch.Tensor]:
+    """(source, target), each (n, span): rows of random digits 0..DIGITS-1, and the same digits in ascending order.
+    A target's tokens are fixed by its source and by nothing else, so a model that does not read its source can do
+    no better than guess sorted digits (several nats per target); one that reads it can reach 0."""
+    source = torch.randint(0, DIGITS, (n, span), generator=generator)
+    return source, source.sort(1).values
+
+
+def sort_configs(shape: dict | None = None, span: int = SPAN) -> dict:
+    """The two arms for the sort task: llama-style at d = 32 with 2 + 2 layers (encdec) and the decoder-only
+    model of 4 layers whose SwiGLU width brings its parameters closest (one sequence: source, start, target).
+    The vocabulary is the 10 digits and the start id."""
+    common = dict(vocab_size=DIGITS + 1, dropout=0.0, d=32, n_layers=2, **(shape or {}))
+    encdec = preset("llama-style", **common, context=span)
+    common["n_layers"] = 2 * encdec.n_layers
+    decoder_with = lambda h: preset("llama-style", **common, d_ff=h, context=2 * span + 1)  # noqa: E731
+    best = min(range(8, 8 * encdec.d), key=lambda h: abs(count_params(decoder_with(h)) - encdec_params(encdec)))
+    return {"encdec": encdec, "decoder": decoder_with(best)}
+
+
+def sort_train(name: str, cfg, seed: int, steps: int, batch_size: int = 32, lr: float = 1e-2):
+    """Train arm `name` on fresh sort pairs (AdamW, warmup 5% then cosine, clipping at 1.0; the loss on the
+    target tokens only, as `target_loss`). Returns (model, losses). A few seconds per hundred steps on one thread."""
+    torch.manual_seed(seed)
+    model = build(name, cfg)
+    opt = torch.optim.AdamW(parameter_groups(model, 0.0), lr=lr, betas=(0.9, 0.95))
+    g = torch.Generator().manual_seed(seed)
+    losses = []
+    model.train()
+    for step in range(steps):
+        losses.append(optimiser_step(name, model, opt, (*sort_task(batch_size, g), DIGITS),
+                                     learning_rate(step / steps, lr, 0.05)))
+    return model.eval(), losses
+
+
+@torch.no_grad()
+def sort_evaluate(name: str, model, rows: int = 512, seed: int = 4321) -> dict:
+    """On `rows` held-out pairs (drawn with `seed`): the target loss in nats per target token with each row's own
+    source and with another row's source (the source rolled by one row), and by greedy decoding the fraction of
+    targets written exactly and of target digits right."""
+    model.eval()
+    src, tgt = sort_task(rows, torch.Generator().manual_seed(seed))
+    predicted = decode(name, model, src, tgt.shape[1], DIGITS)
+    return {"nats_per_target_token": target_loss(name, model, src, tgt, DIGITS).item(),
+            "nats_per_target_token_other_source": target_loss(name, model, src.roll(1, 0), tgt, DIGITS).item(),
+            "targets_exact": (predicted == tgt).all(1).float().mean().item(),
+            "digits_right": (predicted == tgt).float().mean().item(), "rows": rows}
+
+
+def sort_run(seeds: list[int], steps: int, shape: dict | None = None) -> dict:
+    """Both arms on the sort task, every seed: the result's "sort" entry."""
+    cfgs = sort_configs(shape)
+    out = {"task": f"sort {SPAN} random digits 0..{DIGITS - 1}: the source is the digits, the target the same "
+                   "digits in ascending order (a synthetic task, not TinyStories)",
+           **SORT, "steps": steps, "seeds": seeds, "shape": shape, "arms": {}}
+    for name in ARMS:
+        arm = out["arms"][name] = {"params": build(name, cfgs[name]).n_params(), "seeds": {}}
+        for seed in seeds:
+            began = time.perf_counter()
+            model, losses = sort_train(name, cfgs[name], seed, steps, SORT["batch_size"], SORT["lr"])
+            arm["seeds"][str(seed)] = {"train_seconds": time.perf_counter() - began, "train_curve": curve(losses),
+                                       **sort_evaluate(name, model, SORT["eval_rows"], SORT["eval_seed"])}
+        for key in ("nats_per_target_token", "nats_per_target_token_other_source", "targets_exact"):
+            arm[f"mean_{key}"] = sum(s[key] for s in arm["seeds"].values()) / len(seeds)
+    return out
+
+
+def report_sort(result: dict) -> str:
+    """The sort task's table: per arm, the target loss with its own source and with another row's source."""
+    rows = ["| sort task arm | parameters | seeds | held-out nats per target token | with another row's source | "
+            "targets written exactly |", "|---|---|---|---|---|---|"]
+    for name, arm in result["sort"]["arms"].items():
+        rows.append(f"| {name} | {arm['params']:,} | {len(arm['seeds'])} | {arm['mean_nats_per_target_token']:.3f} | "
+                    f"{arm['mean_nats_per_target_token_other_source']:.3f} | {arm['mean_targets_exact']:.1%} |")
+    return "\n".join(rows)
+
+
 @user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -301,9 +403,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--result", default=str(ROOT / "results" / "layouts.json"))
     parser.add_argument("--evaluate-only", action="store_true", help="evaluate the finished runs; train nothing")
     parser.add_argument("--report", action="store_true", help="print the README's tables from --result; run nothing")
+    parser.add_argument("--task", choices=("span-corruption", "sort"), default="span-corruption",
+                        help="sort: only the synthetic sort task (both arms, --seeds), stored under the result's "
+                             '"sort" key beside the span-corruption runs, which it leaves as they are')
+    parser.add_argument("--sort-steps", type=positive_int, default=SORT["steps"])
     args = parser.parse_args(argv)
     if args.report:
-        print(report(json.loads(Path(args.result).read_text())))
+        stored = json.loads(Path(args.result).read_text())
+        print(report(stored) + ("\n\n" + report_sort(stored) if "sort" in stored else ""))
+        return 0
+    if args.task == "sort":
+        check_configs(parser, "--shape", lambda: sort_configs(args.shape))
+        result_path = Path(args.result)
+        result = json.loads(result_path.read_text()) if result_path.exists() else {}
+        command = "python benchmarks/layouts_bench.py" + "".join(" " + a for a in (argv or sys.argv[1:]))
+        result["sort"] = {"command": command, "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
+                          "torch": torch.__version__, **sort_run(args.seeds, args.sort_steps, args.shape)}
+        result_path.write_text(json.dumps(result, indent=1) + "\n")
+        print(report_sort(result))
         return 0
     tokenizer = default_tokenizer()
     check_configs(parser, "--shape/--window", lambda: configs(tokenizer.vocab_size, args.window, args.shape))

@@ -123,3 +123,23 @@ def test_a_tiny_run_end_to_end_resumes_after_a_kill(tmp_path, monkeypatch):
     assert again["partial"] is True and set(again["arms"]["encdec"]["seeds"]) == {"0", "1"}
     assert again["arms"]["encdec"]["mean_nats_per_target_token"] == \
         pytest.approx(r["arms"]["encdec"]["mean_nats_per_target_token"])
+
+
+def test_the_sort_task_is_stored_beside_the_span_corruption_runs_and_needs_the_source(tmp_path):
+    """--task sort trains both arms on the synthetic task and adds only the result's "sort" entry; the target is
+    fixed by the source alone, and after a short run each arm reads it: another row's source costs whole nats."""
+    b = layouts_bench()
+    src, tgt = b.sort_task(5, torch.Generator().manual_seed(0))
+    assert torch.equal(tgt, src.sort(1).values) and src.shape == (5, b.SPAN) and int(src.max()) < b.DIGITS
+    cfgs = b.sort_configs()
+    assert abs(count_params(cfgs["decoder"]) - encdec_params(cfgs["encdec"])) < 0.01 * encdec_params(cfgs["encdec"])
+    result = tmp_path / "layouts.json"
+    result.write_text(json.dumps({"arms": {"kept": 1}}))
+    assert b.main(["--task", "sort", "--sort-steps", "150", "--seeds", "0", "--result", str(result)]) == 0
+    r = json.loads(result.read_text())
+    assert r["arms"] == {"kept": 1} and r["sort"]["steps"] == 150 and r["sort"]["seeds"] == [0]
+    for arm in r["sort"]["arms"].values():
+        seed = arm["seeds"]["0"]
+        assert seed["nats_per_target_token_other_source"] > seed["nats_per_target_token"] + 1
+        assert 0 <= seed["targets_exact"] <= 1 and len(seed["train_curve"]["loss"]) > 0
+    assert "| sort task arm |" in b.report_sort(r)
