@@ -68,3 +68,21 @@ def test_every_further_wrong_answer_fails_too(lesson, n, name, i, capsys):
     with pytest.raises(AssertionError) as failure:
         check(wrong)
     assert len(str(failure.value)) > 20 and "correct" not in capsys.readouterr().out
+
+
+LESSON15_NAMED = [("my_add_noise", 2, "t[:, None]"), ("my_unmask_step", 1, "largest logit is the [MASK] column"),
+                  ("my_unmask_step", 2, "drops the [MASK] column and renormalises"),
+                  ("my_unmask_step", 3, "k is per row"), ("my_unmask_step", 4, "leave the other masks as masks")]
+
+
+@pytest.mark.parametrize("name,i,words", LESSON15_NAMED, ids=[f"lesson15-{n}-{i}" for n, i, _ in LESSON15_NAMED])
+def test_lesson15_mistakes_are_named(name, i, words):
+    """Lesson 15's checks name each listed mistake (a message, never a raw traceback; the [MASK]-column hint only
+    when too few tokens were revealed): review learner-11-14-15."""
+    lesson, solutions = (importlib.import_module(f"exercises.{m}") for m in ("lesson15", "solutions.lesson15"))
+    check = {"my_add_noise": lesson.check_1, "my_unmask_step": lesson.check_2}[name]
+    with pytest.raises(AssertionError) as failure:
+        check(solutions.ALSO_WRONG[name][i])
+    assert words in str(failure.value), str(failure.value)
+    if words != "largest logit is the [MASK] column":
+        assert "largest logit is the [MASK] column" not in str(failure.value)

@@ -16,8 +16,21 @@ def _x0(B: int, T: int, seed: int) -> torch.Tensor:
     return torch.randint(0, MASK, (B, T), generator=torch.Generator().manual_seed(seed))
 
 
+def _raised(error: Exception, what: str) -> AssertionError:
+    """A message, not a traceback, for an error raised inside the learner's function."""
+    hint = ""
+    if "must match the size" in str(error) or "broadcast" in str(error):
+        hint = (": shapes that do not line up. t is (B,), one level per row; to compare it with a (B, T) tensor of "
+                "uniforms, give it a column axis, t[:, None], so each row is compared with its own t")
+    return AssertionError(f"{what} raised {type(error).__name__}: {error}{hint}")
+
+
 def _call_noise(my_add_noise, x0, t, seed):
-    got = my_add_noise(x0, t, MASK, torch.Generator().manual_seed(seed))
+    try:
+        got = my_add_noise(x0, t, MASK, torch.Generator().manual_seed(seed))
+    except Exception as error:                                    # noqa: BLE001 (any mistake becomes a message)
+        raise _raised(error, f"my_add_noise(x0 of shape {tuple(x0.shape)}, t of shape {tuple(t.shape)}, ...)") \
+            from None
     assert isinstance(got, tuple) and len(got) == 2, f"return (xt, masked), got {type(got).__name__}"
     xt, masked = (torch.as_tensor(v) for v in got)
     assert tuple(xt.shape) == tuple(x0.shape) and tuple(masked.shape) == tuple(x0.shape), (
@@ -30,7 +43,11 @@ def check_1(my_add_noise) -> None:
     """my_add_noise(x0 (B, T), t (B,), mask, generator) -> (xt, masked): each token of row b independently replaced
     by `mask` with probability t[b]; masked (bool) says where. Randomness from `generator`."""
     x0 = _x0(2, 8, 0)
-    if not attempted(my_add_noise(x0, torch.tensor([0.5, 0.5]), MASK, torch.Generator().manual_seed(0)), 1):
+    try:
+        first = my_add_noise(x0, torch.tensor([0.5, 0.5]), MASK, torch.Generator().manual_seed(0))
+    except Exception as error:                                    # noqa: BLE001
+        raise _raised(error, "my_add_noise(x0 of shape (2, 8), t of shape (2,), ...)") from None
+    if not attempted(first, 1):
         return
     xt, masked = _call_noise(my_add_noise, x0, torch.tensor([0.5, 0.5]), 0)
     wrong = ((xt == MASK) != masked).nonzero()
@@ -80,16 +97,31 @@ def _step_case(seed: int, B: int = 3, T: int = 12, V: int = MASK + 1):
     return x, logits
 
 
+def _call_step(my_unmask_step, x, logits, k):
+    try:
+        return my_unmask_step(x.clone(), logits, k, MASK)
+    except Exception as error:                                    # noqa: BLE001 (any mistake becomes a message)
+        raise _raised(error, f"my_unmask_step(x of shape {tuple(x.shape)}, logits of shape {tuple(logits.shape)}, "
+                             f"k={k}, mask={MASK})") from None
+
+
+def _ranked(x, score, k):
+    """The k masked positions of each row with the highest `score` (B, T): a bool (B, T)."""
+    score = score.masked_fill(x != MASK, float("-inf"))
+    return torch.zeros_like(x, dtype=torch.bool).scatter(-1, score.topk(k, dim=-1).indices, True) & (x == MASK)
+
+
 def check_2(my_unmask_step) -> None:
     """my_unmask_step(x (B, T), logits (B, T, V), k, mask) -> new x: at every masked position predict the most
     likely token that is not the mask; keep the k most confident predictions of each row (highest probability of
-    the predicted token), leave the other masks masked, and never change a visible token."""
+    the predicted token under the denoiser's distribution: the [MASK] column removed, the softmax taken over the
+    real tokens), leave the other masks masked, and never change a visible token."""
     x, logits = _step_case(0)
-    if not attempted(my_unmask_step(x.clone(), logits, 1, MASK), 2):
+    if not attempted(_call_step(my_unmask_step, x, logits, 1), 2):
         return
     for seed, k in ((0, 1), (1, 2), (2, 3), (3, 1), (4, 2)):
         x, logits = _step_case(seed)
-        got = torch.as_tensor(my_unmask_step(x.clone(), logits, k, MASK))
+        got = torch.as_tensor(_call_step(my_unmask_step, x, logits, k))
         want = unmask_step(x, logits, k, MASK, rule="confidence", temperature=0.0)
         case = f"case {seed}, k = {k}"
         assert tuple(got.shape) == tuple(x.shape), f"{case}: shape {tuple(got.shape)}, expected {tuple(x.shape)}"
@@ -101,21 +133,36 @@ def check_2(my_unmask_step) -> None:
             raise AssertionError(f"{case}: position {i} was visible ({x[i].item()}) and you changed it to "
                                  f"{got[i].item()}: only masked positions may be filled")
         revealed = (x == MASK) & (got != MASK)
-        short = (revealed.sum(1) != k).nonzero().flatten().tolist()
-        if short:
-            b = short[0]
+        counts = revealed.sum(1)
+        wrong_count = (counts != k).nonzero().flatten().tolist()
+        if wrong_count and int(counts.sum()) == k and len(x) > 1:
+            raise AssertionError(f"{case}: you revealed {k} masks in the whole batch ({counts.tolist()} per row): k is "
+                                 f"per row, each of the {len(x)} rows commits its own k = {k}")
+        if wrong_count:
+            b = wrong_count[0]
+            masks, n = int((x[b] == MASK).sum()), int(counts[b])
+            if n > k:
+                raise AssertionError(f"{case}: row {b} had {masks} masks and you revealed {n}, expected k = {k}: "
+                                     "commit only the k most confident predictions and leave the other masks as masks")
             tempted = bool(((x[b] == MASK) & (logits[b].argmax(-1) == MASK)).any())
-            hint = (": at some positions the largest logit is the [MASK] column, and a committed [MASK] is no "
-                    "prediction (the denoiser never predicts the mask)") if tempted else ""
-            raise AssertionError(f"{case}: row {b} had {int((x[b] == MASK).sum())} masks and you revealed "
-                                 f"{int(revealed[b].sum())}, expected k = {k}{hint}")
+            hint = (": at some masked positions the largest logit is the [MASK] column; take the argmax with that "
+                    "column removed (a committed [MASK] is no prediction: the denoiser never predicts the mask)"
+                    ) if tempted else ": commit exactly k predictions in every row"
+            raise AssertionError(f"{case}: row {b} had {masks} masks and you revealed {n}, expected k = {k}{hint}")
         target = (x == MASK) & (want != MASK)
         if (revealed != target).any():
             b = int((revealed != target).any(1).nonzero()[0])
+            hint = ("confidence is the probability the denoiser gives its predicted token; the highest are committed "
+                    "first")
+            pick = logits.index_fill(-1, torch.tensor([MASK]), float("-inf")).argmax(-1, keepdim=True)
+            with_mask = _ranked(x, logits.log_softmax(-1).gather(-1, pick).squeeze(-1), k)   # [MASK] in the sum
+            if torch.equal(revealed[b], with_mask[b]) and not torch.equal(with_mask[b], target[b]):
+                hint = ("you ranked by a softmax over all columns, [MASK] included. The denoiser's distribution "
+                        "drops the [MASK] column and renormalises over the real tokens (diffusion.denoiser_log_probs)"
+                        ": set that logit to -inf before the softmax, then rank by the predicted token's probability")
             raise AssertionError(f"{case}: row {b}: you revealed positions {revealed[b].nonzero().flatten().tolist()}, "
                                  f"the {k} most confident predictions are at {target[b].nonzero().flatten().tolist()}: "
-                                 "confidence is the probability the denoiser gives its predicted token; the highest "
-                                 "are committed first")
+                                 + hint)
         i = tuple(((got != want) & revealed).nonzero()[0].tolist())
         raise AssertionError(f"{case}: at {i} you committed {got[i].item()}, the most likely token there (never the "
                              f"mask) is {want[i].item()}")

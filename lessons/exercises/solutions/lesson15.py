@@ -12,7 +12,7 @@ def my_add_noise(x0, t, mask, generator):
 def my_unmask_step(x, logits, k, mask):
     logits = logits.clone()
     logits[..., mask] = float("-inf")                            # the denoiser never predicts [MASK]
-    best, predicted = logits.log_softmax(-1).max(-1)             # each position's pick and its log-probability                               # each position's pick and its log-probability
+    best, predicted = logits.log_softmax(-1).max(-1)             # each position's pick and its log-probability
     best = best.masked_fill(x != mask, float("-inf"))            # only masked positions compete
     chosen = best.topk(k, dim=-1).indices                        # the k most confident of each row
     reveal = torch.zeros_like(x, dtype=torch.bool).scatter(-1, chosen, True) & (x == mask)
@@ -50,6 +50,36 @@ def _predicts_mask(x, logits, k, mask):                          # the [MASK] co
     return torch.where(reveal, predicted, x)
 
 
+def _confidence_with_mask_column(x, logits, k, mask):           # ranks by a softmax that keeps the [MASK] column
+    scores = logits.log_softmax(-1)                              # [MASK] still in the normalisation
+    no_mask = logits.clone()
+    no_mask[..., mask] = float("-inf")
+    predicted = no_mask.argmax(-1)
+    best = scores.gather(-1, predicted[..., None]).squeeze(-1).masked_fill(x != mask, float("-inf"))
+    reveal = torch.zeros_like(x, dtype=torch.bool).scatter(-1, best.topk(k, dim=-1).indices, True) & (x == mask)
+    return torch.where(reveal, predicted, x)
+
+
+def _k_over_the_batch(x, logits, k, mask):                       # k most confident in the whole batch, not per row
+    logits = logits.clone()
+    logits[..., mask] = float("-inf")
+    best, predicted = logits.log_softmax(-1).max(-1)
+    flat = best.masked_fill(x != mask, float("-inf")).flatten()
+    reveal = torch.zeros_like(flat, dtype=torch.bool).scatter(0, flat.topk(k).indices, True).view_as(x)
+    return torch.where(reveal & (x == mask), predicted, x)
+
+
+def _fills_every_mask(x, logits, k, mask):                       # commits every prediction, not k of them
+    logits = logits.clone()
+    logits[..., mask] = float("-inf")
+    return torch.where(x == mask, logits.argmax(-1), x)
+
+
+def _t_without_a_column(x0, t, mask, generator):                  # u < t: (B, T) against (B,) does not broadcast
+    masked = torch.rand(x0.shape, generator=generator) < t
+    return x0.masked_fill(masked, mask), masked
+
+
 WRONG = {
     "my_add_noise": lambda x0, t, mask, generator: my_add_noise(x0, 1 - t, mask, generator),   # probability 1 - t
     "my_unmask_step": _least_confident,
@@ -57,6 +87,7 @@ WRONG = {
 # more plausible mistakes, each of which the check must also catch (tests/test_exercises.py runs them)
 ALSO_WRONG = {
     "my_add_noise": [lambda x0, t, mask, generator: my_add_noise(x0, t[:1].expand(len(t)), mask, generator),
-                     _fixed_count],                                        # one t for the batch; a fixed count
-    "my_unmask_step": [_predicts_everywhere, _predicts_mask],
+                     _fixed_count, _t_without_a_column],   # one t for the batch; a fixed count; no column axis
+    "my_unmask_step": [_predicts_everywhere, _predicts_mask, _confidence_with_mask_column, _k_over_the_batch,
+                       _fills_every_mask],
 }
