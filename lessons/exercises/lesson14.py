@@ -15,6 +15,16 @@ def _probs(N: int, E: int, seed: int) -> torch.Tensor:
     return torch.randn(N, E, generator=g, dtype=F64).mul(2).softmax(-1)
 
 
+def _run(fn, case: str, *args, hint: str = ""):
+    """Call the learner's function; an error inside it comes back as one message naming the case (and `hint`, what
+    probably went wrong), the original error chained below it."""
+    try:
+        return fn(*args)
+    except Exception as error:                       # the learner's code failed: say where, and why if we can tell
+        tail = f" {hint}" if hint else ""
+        raise AssertionError(f"{case}: your function raised {type(error).__name__}: {error}.{tail}") from error
+
+
 def check_1(my_top_k) -> None:
     """my_top_k(probs (N, E), k) -> (chosen (N, k) expert indices, weights (N, k)): each token's k most probable
     experts and their probabilities renormalised to sum to 1 over those k (the order within a row is free)."""
@@ -23,11 +33,16 @@ def check_1(my_top_k) -> None:
     for N, E, k, seed in ((3, 4, 2, 0), (10, 6, 2, 1), (7, 8, 1, 2), (5, 5, 5, 3), (9, 8, 3, 4)):
         case = f"N={N}, E={E}, k={k}"
         probs = _probs(N, E, seed)
-        got = my_top_k(probs, k)
+        got = _run(my_top_k, case, probs, k)
         assert isinstance(got, tuple) and len(got) == 2, f"{case}: return (chosen, weights), got {type(got).__name__}"
         chosen, weights = (torch.as_tensor(t) for t in got)
         assert tuple(chosen.shape) == (N, k) and tuple(weights.shape) == (N, k), (
             f"{case}: shapes {tuple(chosen.shape)} and {tuple(weights.shape)}, expected ({N}, {k}) each")
+        if chosen.is_floating_point() and not torch.equal(chosen, chosen.round()):   # first: are these indices?
+            swapped = " (they look like your weights: return (chosen, weights), in that order)" if (
+                not weights.is_floating_point() or torch.equal(weights, weights.round())) else ""
+            raise AssertionError(f"{case}: chosen holds fractions {chosen[0].tolist()} for token 0; it must hold "
+                                 f"expert indices, integers 0 .. {E - 1}{swapped}")
         top, want = probs.topk(k, dim=-1)
         order = chosen.long().argsort(-1)                                 # compare rows as sets of experts
         c, w = chosen.long().gather(-1, order), weights.to(F64).gather(-1, order)
@@ -41,6 +56,13 @@ def check_1(my_top_k) -> None:
             if torch.allclose(w, top.gather(-1, worder), atol=1e-9, rtol=0):
                 raise AssertionError(f"{case}: your weights are the raw probabilities p_ie (row sums "
                                      f"{w.sum(-1)[:3].tolist()} ...); renormalise them to sum to 1 over the chosen k")
+            if torch.allclose(w, top.softmax(-1).gather(-1, worder), atol=1e-9, rtol=0):
+                raise AssertionError(f"{case}: your weights are a softmax of the chosen PROBABILITIES; divide them by "
+                                     "their sum instead (a softmax over the chosen LOGITS would be right: "
+                                     "p_ie / sum_S p_ie' = exp(l_ie) / sum_S exp(l_ie'))")
+            if k < E and torch.allclose(w, (top / top.sum()).gather(-1, worder), atol=1e-9, rtol=0):
+                raise AssertionError(f"{case}: your weights sum to 1 over the whole batch, not per token; divide each "
+                                     "token's k probabilities by their own sum (sum over the last dimension)")
             raise AssertionError(f"{case}: weights {w[0].tolist()} for token 0, expected {expect[0].tolist()}")
     # the whole layer: your routing, the layer's experts, the layer's output
     torch.manual_seed(0)
@@ -49,7 +71,7 @@ def check_1(my_top_k) -> None:
     with torch.no_grad():
         want = layer(x)
         tokens = x.reshape(-1, 8)
-        chosen, weights = my_top_k(layer.router(tokens).softmax(-1), 2)
+        chosen, weights = _run(my_top_k, "the layer's own router", layer.router(tokens).softmax(-1), 2)
         y = torch.zeros_like(tokens)
         for i in range(len(tokens)):
             for e, w in zip(torch.as_tensor(chosen[i]).tolist(), torch.as_tensor(weights[i]).tolist()):
@@ -64,12 +86,14 @@ def check_2(my_balancing_loss) -> None:
     probs = _probs(6, 4, 0)
     if not attempted(my_balancing_loss(probs, probs.topk(2, -1).indices, 4), 2):
         return
-    for N, E, k, seed in ((6, 4, 2, 0), (20, 8, 2, 1), (11, 5, 1, 2), (16, 6, 3, 3)):
+    unchosen = "an expert that no token chose still has f_e = 0: count with torch.bincount(..., minlength=E)"
+    for N, E, k, seed in ((6, 4, 2, 0), (20, 8, 2, 1), (11, 5, 1, 2), (16, 6, 3, 3), (4, 6, 1, 4)):
         case = f"N={N}, E={E}, k={k}"
         probs = _probs(N, E, seed)
         chosen = probs.topk(k, -1).indices
         want, load = balancing_loss(probs, chosen, E)
-        got = my_balancing_loss(probs, chosen, E)
+        missing = f"(experts {sorted(set(range(E)) - set(chosen.reshape(-1).tolist()))} are chosen by no token: {unchosen})"
+        got = _run(my_balancing_loss, case, probs, chosen, E, hint=missing if (load == 0).any() else "")
         try:
             got = float(got)
         except (TypeError, ValueError):
@@ -85,9 +109,17 @@ def check_2(my_balancing_loss) -> None:
         if abs(got - E * (P * P).sum().item()) < 1e-9:
             raise AssertionError(f"{case}: got E sum P_e^2 = {got:.6g}: f_e counts the CHOSEN experts, not the mean "
                                  "probability")
+        if abs(got - N * want.item()) < 1e-9 * N * want.item():
+            raise AssertionError(f"{case}: got {got:.6g} = N x {want.item():.6g}: P_e is the MEAN router probability "
+                                 "over the N tokens, not the sum")
+        first = torch.bincount(chosen[:, 0], minlength=E).to(F64) / N
+        if k > 1 and abs(got - E * (first * P).sum().item()) < 1e-9 * max(1, got):
+            raise AssertionError(f"{case}: got {got:.6g}, what counting only each token's FIRST choice gives: f_e "
+                                 "counts all k choices of every token (chosen.reshape(-1))")
         raise AssertionError(f"{case}: got {got:.6g}, expected {want.item():.6g} (f = {load.tolist()})")
     uniform = torch.full((8, 4), 0.25, dtype=F64)
-    got = float(my_balancing_loss(uniform, torch.tensor([[0, 1]] * 8), 4))
+    got = float(_run(my_balancing_loss, "uniform router, every token to experts 0 and 1", uniform,
+                     torch.tensor([[0, 1]] * 8), 4, hint=f"(experts 2 and 3 are chosen by no token: {unchosen})"))
     assert abs(got - 1) < 1e-9, f"a uniform router gives L_bal = 1 whatever it chooses; got {got:.6g}"
     print("Exercise 2: correct (L_bal = E sum f_e P_e; 1 for a uniform router)")
 
