@@ -53,12 +53,17 @@ early get the gradient, improve, and are favoured more. Switch adds, for each la
     P_e = (1/N) sum_i p_ie                         the mean router probability of e
     L_bal = E * sum_e f_e P_e
 
-Its minimum is at uniform load. f and P both sum to 1; when the router's probabilities and its choices agree
-(f = P), L_bal = E sum_e P_e^2, and by Cauchy-Schwarz (sum_e P_e * 1)^2 <= (sum_e P_e^2)(sum_e 1^2), i.e.
-1 <= E sum_e P_e^2, with equality exactly when every P_e = 1/E. So L_bal >= 1, = 1 at uniform load, and grows with
-imbalance (all on one expert: L_bal = E). A uniform router (P_e = 1/E) gives L_bal = sum_e f_e = 1 whatever it
-chooses. f_e counts discrete choices and has no gradient; the gradient flows through P_e, pushing probability away
-from the experts that receive more than their share (d L_bal / d P_e = E f_e).
+Its range: a token gives an expert at most one of its k slots, so f_e <= 1/k and L_bal <= (E/k) sum_e P_e = E/k
+(k experts taking every token and holding all the probability; with k = 1 that is E). A uniform router
+(P_e = 1/E) gives L_bal = sum_e f_e = 1 whatever it chooses. Its minimum is at uniform load only under an
+idealisation: if the choices followed the probabilities (f = P, a router that drew its experts from p), then
+L_bal = E sum_e P_e^2, and by Cauchy-Schwarz (sum_e P_e * 1)^2 <= (sum_e P_e^2)(sum_e 1^2), i.e.
+1 <= E sum_e P_e^2, with equality exactly when every P_e = 1/E. Top-k choices need not follow the probabilities,
+and then L_bal can be below 1 at a lopsided load: nine tokens with p = (0.34, 0.33, 0.33) and one with
+p = (0, 0, 1), each routed to its top-1, give f = (0.9, 0, 0.1) and L_bal = 0.945 (tested). What balances is the
+gradient: f_e counts discrete choices and has no gradient, P_e does (d L_bal / d P_e = E f_e), and through the
+softmax d L_bal / d logit_ie = (E/N) p_ie (f_e - sum_e' p_ie' f_e'): every token's probability moves away from the
+experts loaded above its own average, and the push is zero at uniform load (f_e = 1/E).
 
 **Router z-loss (ST-MoE, Zoph et al. 2022).** L_z = (1/N) sum_i (log sum_e exp(logits_ie))^2 keeps the router's
 logits small, where a softmax in low precision stays accurate; optional (weight 0 by default in the config).

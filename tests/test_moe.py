@@ -120,6 +120,30 @@ def test_the_balancing_loss_has_its_gradient_through_p_not_f():
     assert f.sum().item() == pytest.approx(1.0) and not f.requires_grad
 
 
+def test_the_balancing_loss_is_at_most_e_over_k_and_can_fall_below_one_when_choices_do_not_follow_p():
+    for seed, (E, k) in enumerate([(6, 2), (4, 1), (8, 3), (5, 5)]):       # f_e <= 1/k, so L_bal <= E/k
+        g = torch.Generator().manual_seed(seed)
+        p = (4 * torch.randn(50, E, generator=g, dtype=torch.float64)).softmax(-1)
+        assert balancing_loss(p, p.topk(k, -1).indices, E)[0].item() <= E / k + 1e-12
+    # the docstring's counter-example: 90% of the load on one expert, and L_bal below its "minimum" of 1
+    probs = torch.tensor([[0.34, 0.33, 0.33]] * 9 + [[0.0, 0.0, 1.0]], dtype=torch.float64)
+    loss, load = balancing_loss(probs, probs.argmax(-1, keepdim=True), 3)
+    assert load.tolist() == pytest.approx([0.9, 0.0, 0.1]) and loss.item() == pytest.approx(0.9453, abs=1e-12)
+
+
+def test_the_balancing_loss_pushes_each_logit_by_its_experts_load_above_the_tokens_average():
+    g = torch.Generator().manual_seed(0)
+    for even in (False, True):
+        logits = torch.randn(30, 6, generator=g, dtype=torch.float64).requires_grad_()
+        p = logits.softmax(-1)
+        chosen = torch.arange(60).reshape(30, 2) % 6 if even else p.topk(2, -1).indices
+        loss, f = balancing_loss(p, chosen, 6)
+        (grad,) = torch.autograd.grad(loss, logits)
+        p = p.detach()
+        assert torch.allclose(grad, 6 / 30 * p * (f - (p * f).sum(-1, keepdim=True)), atol=1e-15)
+        assert (grad.abs().max().item() < 1e-15) == even                # zero exactly at uniform load
+
+
 def test_the_z_loss_is_the_mean_squared_logsumexp():
     layer, x = moe(E=3, k=1), tokens()
     layer(x)
