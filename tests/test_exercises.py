@@ -92,14 +92,16 @@ LESSON14_NAMED = [("my_top_k", 0, "return (chosen, weights)"), ("my_top_k", 1, "
                   ("my_top_k", 2, "whole batch"), ("my_top_k", 3, "LARGEST"),
                   ("my_balancing_loss", 0, "minlength=E"), ("my_balancing_loss", 1, "MEAN router probability"),
                   ("my_balancing_loss", 2, "FIRST choice"), ("my_balancing_loss", 3, "CHOSEN experts"),
-                  ("my_balancing_loss", 4, "L_bal / E")]
+                  ("my_balancing_loss", 4, "L_bal / E"),
+                  ("my_kept", None, "served row by row"), ("my_kept", 0, "kept every assignment"),
+                  ("my_kept", 1, "GShard's order")]
 
 
 @pytest.mark.parametrize("name,i,words", LESSON14_NAMED, ids=[f"lesson14-{n}-{i}" for n, i, _ in LESSON14_NAMED])
 def test_lesson14_mistakes_are_named(name, i, words):
     """Lesson 14's checks name each listed mistake (no raw traceback, no bare 'expected X'): review learner-11-14-15."""
     lesson, solutions = (importlib.import_module(f"exercises.{m}") for m in ("lesson14", "solutions.lesson14"))
-    check = {"my_top_k": lesson.check_1, "my_balancing_loss": lesson.check_2}[name]
+    check = {"my_top_k": lesson.check_1, "my_balancing_loss": lesson.check_2, "my_kept": lesson.check_3}[name]
     with pytest.raises(AssertionError) as failure:
-        check(solutions.ALSO_WRONG[name][i])
+        check(solutions.WRONG[name] if i is None else solutions.ALSO_WRONG[name][i])
     assert words in str(failure.value), str(failure.value)

@@ -1,11 +1,12 @@
 """Self-checks for lesson 14's exercises: top-k routing with weights renormalised over the chosen k (checked by
-rebuilding a `minwiola.moe.MoE` layer's output from your routing), and Switch's load-balancing loss by hand
-(checked against `minwiola.moe.balancing_loss`). A function that still returns None is "not attempted yet".
-Solutions: `solutions/lesson14.py` (look after trying)."""
+rebuilding a `minwiola.moe.MoE` layer's output from your routing), Switch's load-balancing loss by hand
+(checked against `minwiola.moe.balancing_loss`), and which assignments an expert with a capacity serves, position by
+position (checked by rebuilding a capacity-limited layer's output). A function that still returns None is "not
+attempted yet". Solutions: `solutions/lesson14.py` (look after trying)."""
 import torch
 
 from exercises import attempted
-from minwiola.moe import MoE, balancing_loss
+from minwiola.moe import MoE, balancing_loss, capacity
 
 F64 = torch.float64
 
@@ -92,7 +93,8 @@ def check_2(my_balancing_loss) -> None:
         probs = _probs(N, E, seed)
         chosen = probs.topk(k, -1).indices
         want, load = balancing_loss(probs, chosen, E)
-        missing = f"(experts {sorted(set(range(E)) - set(chosen.reshape(-1).tolist()))} are chosen by no token: {unchosen})"
+        idle = sorted(set(range(E)) - set(chosen.reshape(-1).tolist()))
+        missing = f"(experts {idle} are chosen by no token: {unchosen})"
         got = _run(my_balancing_loss, case, probs, chosen, E, hint=missing if (load == 0).any() else "")
         try:
             got = float(got)
@@ -124,4 +126,75 @@ def check_2(my_balancing_loss) -> None:
     print("Exercise 2: correct (L_bal = E sum f_e P_e; 1 for a uniform router)")
 
 
-EXERCISES = {1: "my_top_k", 2: "my_balancing_loss"}
+def _served(order: torch.Tensor, E: int, C: int) -> torch.Tensor:
+    """For assignments listed in serving order (1-D), True while their expert has had fewer than C before them."""
+    rank = torch.nn.functional.one_hot(order, E).cumsum(0).gather(1, order[:, None]).squeeze(1)
+    return rank <= C
+
+
+def _orders(chosen: torch.Tensor, E: int, C: int) -> dict:
+    """The kept mask (B, T, k) under the layer's order and under two others a learner may write."""
+    B, T, k = chosen.shape
+    return {"position by position": _served(chosen.transpose(0, 1).reshape(-1), E, C).reshape(T, B, k).transpose(0, 1),
+            "row by row": _served(chosen.reshape(-1), E, C).reshape(B, T, k),
+            "first choices first": _served(chosen.transpose(0, 1).reshape(-1, k).T.reshape(-1), E, C)
+            .reshape(k, T, B).permute(2, 1, 0)}
+
+
+def check_3(my_kept) -> None:
+    """my_kept(chosen (B, T, k) expert indices, E, C) -> a (B, T, k) boolean mask: True where the assignment is
+    served. Each expert serves at most C assignments, first come first served, the tokens lined up position by
+    position (all rows at position 0, then at position 1, ...), a token's k choices together."""
+    g = torch.Generator().manual_seed(0)
+    first = torch.rand(2, 3, 4, generator=g).topk(2, -1).indices
+    if not attempted(my_kept(first, 4, 2), 3):
+        return
+    why = {"row by row": "you served row by row: a later position of row 0 took a slot before position 0 of row 1, "
+                         "so the future of one sequence decides what its past keeps. Serve position by position "
+                         "(transpose to (T, B, k) first)",
+           "first choices first": "you served every token's first choice before any second choice (GShard's order): "
+                                  "a later token's first choice then takes an earlier token's slot. Serve a token's "
+                                  "k choices together, position by position"}
+    for B, T, k, E, C, seed in ((2, 3, 2, 4, 2, 0), (3, 8, 2, 4, 3, 1), (4, 6, 1, 3, 5, 2), (2, 5, 3, 5, 4, 3)):
+        case = f"B={B}, T={T}, k={k}, E={E}, C={C}"
+        chosen = torch.rand(B, T, E, generator=torch.Generator().manual_seed(seed)).topk(k, -1).indices
+        got = _run(my_kept, case, chosen, E, C)
+        got = torch.as_tensor(got)
+        assert tuple(got.shape) == (B, T, k), f"{case}: shape {tuple(got.shape)}, expected ({B}, {T}, {k})"
+        got = got.bool()
+        orders = _orders(chosen, E, C)
+        want = orders["position by position"]
+        if torch.equal(got, want):
+            continue
+        if got.all():
+            raise AssertionError(f"{case}: you kept every assignment; an expert serves at most C = {C}, the rest are "
+                                 "dropped")
+        for name, mask in orders.items():
+            if name in why and torch.equal(got, mask):
+                raise AssertionError(f"{case}: {why[name]}")
+        per_expert = [int(got[chosen == e].sum()) for e in range(E)]
+        b, t, j = (int(i) for i in (got != want).nonzero()[0])
+        raise AssertionError(f"{case}: row {b}, position {t}, choice {j} (expert {int(chosen[b, t, j])}): got "
+                             f"{bool(got[b, t, j])}, expected {bool(want[b, t, j])}; you served "
+                             f"{per_expert} assignments per expert (at most C = {C} each)")
+    # the whole layer: your mask, the layer's routing and experts, the output of a layer with a capacity limit
+    torch.manual_seed(1)
+    layer = MoE(8, 6, n_experts=4, k=2, capacity_factor=1.0).double()
+    x = torch.randn(3, 10, 8, dtype=F64)
+    with torch.no_grad():
+        want = layer(x)
+        probs = layer.router(x).softmax(-1)
+        top, chosen = probs.topk(2, -1)
+        weights = top / top.sum(-1, keepdim=True)
+        C = capacity(1.0, 2, 30, 4)
+        kept = torch.as_tensor(_run(my_kept, "the layer's own routing", chosen, 4, C)).bool()
+        y = torch.zeros_like(x)
+        for b, t, j in kept.nonzero().tolist():
+            e = int(chosen[b, t, j])
+            y[b, t] += weights[b, t, j] * layer.experts[e](x[b, t][None])[0]
+    assert torch.allclose(y, want, atol=1e-10), "your mask does not rebuild minwiola.moe.MoE's output with a capacity"
+    print(f"Exercise 3: correct (position by position, at most C per expert: {layer.dropped.item():.1%} of the "
+          "layer's assignments dropped, its output rebuilt)")
+
+
+EXERCISES = {1: "my_top_k", 2: "my_balancing_loss", 3: "my_kept"}

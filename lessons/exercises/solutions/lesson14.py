@@ -43,3 +43,31 @@ ALSO_WRONG = {
         lambda probs, chosen, E: (_count(chosen, E) * probs.mean(0)).sum(),                   # no E
     ],
 }
+
+
+def my_kept(chosen, E, C):
+    B, T, k = chosen.shape
+    flat = chosen.transpose(0, 1).reshape(-1)                    # position by position, a token's k choices together
+    seen = torch.nn.functional.one_hot(flat, E).cumsum(0)        # assignments each expert has received so far
+    rank = seen.gather(1, flat[:, None]).squeeze(1)              # this one is its expert's rank-th (1, 2, ...)
+    return (rank <= C).reshape(T, B, k).transpose(0, 1)          # served while the expert has room
+
+
+def _rank_kept(flat, E, C):
+    rank = torch.nn.functional.one_hot(flat, E).cumsum(0).gather(1, flat[:, None]).squeeze(1)
+    return rank <= C
+
+
+def _row_major(chosen, E, C):                                    # rows one after another: later positions first
+    return _rank_kept(chosen.reshape(-1), E, C).reshape(chosen.shape)
+
+
+def _first_choices_first(chosen, E, C):                          # GShard's order: every first choice, then seconds
+    B, T, k = chosen.shape
+    by_slot = chosen.transpose(0, 1).reshape(-1, k).T.reshape(-1)
+    return _rank_kept(by_slot, E, C).reshape(k, T, B).permute(2, 1, 0)
+
+
+WRONG["my_kept"] = _row_major
+ALSO_WRONG["my_kept"] = [lambda chosen, E, C: torch.ones(chosen.shape, dtype=torch.bool),   # no limit at all
+                         _first_choices_first]
