@@ -154,23 +154,43 @@ def verdict(arm: list[float], ref: list[float]) -> dict:
     return {"difference": diff, "twice_larger_spread": noise, "loss": word}
 
 
+def fresh_seeds(result: dict, name: str) -> list[str]:
+    """An arm's seeds whose run did not choose a rate. Stage 1 swept llama-style and wiola on the first seed, and the
+    best sweep run is that arm's run of that seed, so it is set apart; every other arm keeps all its seeds."""
+    chose = str(result["seeds"][0]) if name in result.get("lr_sweep", {}) else None
+    return [seed for seed in result["arms"][name]["seeds"] if seed != chose]
+
+
+def seed_stats(result: dict, name: str, pick) -> dict:
+    """Mean and spread of the final held-out loss over the seeds `pick(arm name)` keeps, and the part's verdict
+    against the arm it is compared with, over the seeds `pick` keeps there (two at least on each side)."""
+    arm = result["arms"][name]
+    runs = [arm["seeds"][seed] for seed in pick(name)]
+    if not runs:
+        return {}
+    nats = [r["final_nats_per_token"] for r in runs]
+    out = {"mean_nats_per_token": statistics.mean(nats), "spread_nats_per_token": max(nats) - min(nats),
+           "mean_bits_per_byte": statistics.mean(r["final_bits_per_byte"] for r in runs)}
+    ref = result["arms"].get(arm["compared_with"])
+    ref_nats = [ref["seeds"][seed]["final_nats_per_token"] for seed in pick(arm["compared_with"])] if ref else []
+    if len(ref_nats) >= 2 and len(nats) >= 2:
+        v = verdict(nats, ref_nats)
+        # adding a part that lowers the loss helps; removing a part that raises the loss means it helped
+        adds = arm["compared_with"] == BASE
+        v["part"] = {"lower": "helps" if adds else "hurts", "higher": "hurts" if adds else "helps",
+                     "within noise": "within noise"}[v["loss"]]
+        out["verdict"] = v
+    return out
+
+
 def summarise(result: dict) -> None:
-    """Per arm: mean and spread of the final held-out loss; per compared pair: the verdict of the part."""
+    """Per arm: mean and spread of the final held-out loss; per compared pair: the verdict of the part. Over all
+    seeds, and again (`fresh`) without the seed-0 runs that chose a rate."""
     for name, arm in result["arms"].items():
-        nats = [r["final_nats_per_token"] for r in arm["seeds"].values()]
-        if not nats:
-            continue
-        arm["mean_nats_per_token"], arm["spread_nats_per_token"] = statistics.mean(nats), max(nats) - min(nats)
-        bpb = [r["final_bits_per_byte"] for r in arm["seeds"].values()]
-        arm["mean_bits_per_byte"] = statistics.mean(bpb)
-        ref = result["arms"].get(arm["compared_with"])
-        if ref and len(ref["seeds"]) >= 2 and len(arm["seeds"]) >= 2:
-            v = verdict(nats, [r["final_nats_per_token"] for r in ref["seeds"].values()])
-            # adding a part that lowers the loss helps; removing a part that raises the loss means it helped
-            adds = arm["compared_with"] == BASE
-            v["part"] = {"lower": "helps" if adds else "hurts", "higher": "hurts" if adds else "helps",
-                         "within noise": "within noise"}[v["loss"]]
-            arm["verdict"] = v
+        arm.update(seed_stats(result, name, lambda n: list(result["arms"][n]["seeds"])))
+        if arm["seeds"]:
+            arm["fresh"] = {"seeds": fresh_seeds(result, name),
+                            **seed_stats(result, name, lambda n: fresh_seeds(result, n))}
 
 
 def table(result: dict) -> str:

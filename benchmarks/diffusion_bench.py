@@ -86,6 +86,8 @@ REFERENCE = "decoder"
 RATES = [1e-3, 3e-3, 1e-2]
 SEEDS = [0, 1, 2]
 UNMASK_STEPS = [8, 16, 32, 64, 128]
+FRESH_NOTE = ("seed 0 chose the rate (its run is the sweep's best), so the fresh "
+              "mean, spread and comparison_fresh count only the other seeds")
 
 
 # ------------------------------------------------------------------------------------------------ the arms
@@ -299,12 +301,21 @@ def summarise(result: dict) -> None:
             arm["mean_nats_per_token"] = statistics.mean(s["nats_per_token"] for s in seeds)
             if all("stderr_bits_per_byte" in s for s in seeds):
                 arm["max_stderr_bits_per_byte"] = max(s["stderr_bits_per_byte"] for s in seeds)
+        # seed 0's run is the sweep's best, the run that chose the rate: the fresh seeds are the others
+        fresh = [s["bits_per_byte"] for seed, s in arm["seeds"].items() if seed != "0"]
+        if fresh:
+            arm["fresh"] = {"seeds": [seed for seed in arm["seeds"] if seed != "0"], "note": FRESH_NOTE,
+                            "mean_bits_per_byte": statistics.mean(fresh), "spread_bits_per_byte": max(fresh) - min(fresh)}
     arms = result["arms"]
-    result["comparison"] = {}
+    result["comparison"], result["comparison_fresh"] = {}, {}
     if all(arms.get(n, {}).get("seeds") for n in ARMS):
         result["comparison"]["diffusion vs decoder"] = compare(
             [s["bits_per_byte"] for s in arms["diffusion"]["seeds"].values()],
             [s["bits_per_byte"] for s in arms["decoder"]["seeds"].values()])
+    if all(arms.get(n, {}).get("fresh") for n in ARMS):
+        result["comparison_fresh"]["diffusion vs decoder"] = compare(
+            *[[arms[n]["seeds"][seed]["bits_per_byte"] for seed in arms[n]["fresh"]["seeds"]]
+              for n in ("diffusion", "decoder")])
     result["partial"] = (any(set(f"{r:g}" for r in result["rates"]) - set(arms.get(n, {}).get("sweep", {}))
                              or set(map(str, result["seeds"])) - set(arms.get(n, {}).get("seeds", {}))
                              for n in ARMS) or "generation" not in result or "infilling" not in result)

@@ -57,3 +57,20 @@ def test_a_removed_part_that_raises_the_loss_is_said_to_help():
     assert result["arms"]["+gcla"]["verdict"]["part"] == "helps"
     assert result["arms"]["wiola -gcla"]["verdict"]["part"] == "helps"
     assert "verdict" not in result["arms"]["wiola"]
+
+
+def test_the_fresh_summary_sets_apart_only_the_runs_that_chose_a_rate():
+    """Stage 1 chose llama-style's and wiola's rates on their first seed: `fresh` counts their other seeds only,
+    every other arm keeps all its seeds, and the verdict is the rule's on those seeds."""
+    a = ablation()
+    seeds = lambda xs: {str(i): {"final_nats_per_token": x, "final_bits_per_byte": x / 2} for i, x in enumerate(xs)}
+    result = {"seeds": [0, 1, 2], "lr_sweep": {"llama-style": {}, "wiola": {}},
+              "arms": {"llama-style": {"compared_with": "", "seeds": seeds([2.80, 3.00, 3.01])},   # seed 0: lucky
+                       "+gcla": {"compared_with": "llama-style", "seeds": seeds([2.90, 2.91, 2.90])}}}
+    a.summarise(result)
+    base, gcla = result["arms"]["llama-style"], result["arms"]["+gcla"]
+    assert base["fresh"]["seeds"] == ["1", "2"] and gcla["fresh"]["seeds"] == ["0", "1", "2"]
+    assert base["fresh"]["mean_nats_per_token"] == pytest.approx(3.005) and base["mean_nats_per_token"] == pytest.approx(8.81 / 3)
+    assert gcla["verdict"]["part"] == "within noise"                 # seed 0's 2.80 spreads llama-style by 0.21
+    assert gcla["fresh"]["verdict"]["part"] == "helps"               # without it: 0.1 lower, twice the spread 0.02
+    assert gcla["fresh"]["verdict"]["difference"] == pytest.approx(2.9033333 - 3.005)

@@ -131,3 +131,15 @@ def test_a_tiny_run_end_to_end(tmp_path):
     again = json.loads(result.read_text())
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before              # trained nothing
     assert again["arms"]["diffusion"]["mean_bits_per_byte"] == pytest.approx(r["arms"]["diffusion"]["mean_bits_per_byte"])
+
+
+def test_the_fresh_comparison_leaves_out_the_seed_that_chose_the_rate():
+    b = bench()
+    result = {"rates": [0.01], "seeds": [0, 1, 2],
+              "arms": {"decoder": _arm([1.20, 1.40, 1.41]), "diffusion": _arm([1.50, 1.52, 1.51], stderr=0.002)}}
+    b.summarise(result)
+    assert result["comparison"]["diffusion vs decoder"]["verdict"] == "within noise"     # 0.17 against 2 x 0.2
+    fresh = result["comparison_fresh"]["diffusion vs decoder"]
+    assert fresh["verdict"] == "higher" and fresh["difference"] == pytest.approx(0.11) and fresh["bound"] == pytest.approx(0.02)
+    assert result["arms"]["decoder"]["fresh"]["seeds"] == ["1", "2"]
+    assert result["arms"]["decoder"]["fresh"]["mean_bits_per_byte"] == pytest.approx(1.405)
