@@ -105,3 +105,29 @@ def test_lesson14_mistakes_are_named(name, i, words):
     with pytest.raises(AssertionError) as failure:
         check(solutions.WRONG[name] if i is None else solutions.ALSO_WRONG[name][i])
     assert words in str(failure.value), str(failure.value)
+
+
+LESSON11_NAMED = [("dsff_widths", 1, "positive integers"), ("dsff_widths", 2, "swapped"),
+                  ("dsff_widths", 3, "not d^2"),
+                  ("cross_entropy", 0, "naive softmax overflows"), ("cross_entropy", 1, "naive softmax overflows"),
+                  ("cross_entropy", 2, "own max"), ("cross_entropy", 3, "add it back"),
+                  ("cross_entropy", 4, "not their sum"),
+                  ("adamw_step", 0, "no bias correction"), ("adamw_step", 1, "L2 regularisation"),
+                  ("adamw_step", 2, "inside the square root"), ("adamw_step", 3, "the first step is t = 1"),
+                  ("clip_global_norm", 0, "by its own norm"), ("clip_global_norm", 1, "clipping by value"),
+                  ("clip_global_norm", 2, "already below"),
+                  ("save_checkpoint", 0, "no 'optimizer'"), ("save_checkpoint", 1, "no 'torch_rng'"),
+                  ("save_checkpoint", 2, "no 'data_rng'"), ("save_checkpoint", 3, "'data_rng' (it begins"),
+                  ("load_checkpoint", 0, "torch's global random state"), ("load_checkpoint", 1, "AdamW's state"),
+                  ("load_checkpoint", 2, "the data generator's state"), ("load_checkpoint", 3, "return the saved step")]
+
+
+@pytest.mark.parametrize("name,i,words", LESSON11_NAMED, ids=[f"lesson11-{n}-{i}" for n, i, _ in LESSON11_NAMED])
+def test_lesson11_mistakes_are_named(name, i, words):
+    """Lesson 11's checks name each listed mistake (i = 0: WRONG, then ALSO_WRONG in order): issue 32."""
+    lesson, solutions = (importlib.import_module(f"exercises.{m}") for m in ("lesson11", "solutions.lesson11"))
+    n = {name: n for n, name in lesson.EXERCISES.items()}[name]
+    wrong = [solutions.WRONG.get(name)] + solutions.ALSO_WRONG[name]
+    with pytest.raises(AssertionError) as failure:
+        getattr(lesson, f"check_{n}")(wrong[i])
+    assert words in str(failure.value), str(failure.value)

@@ -2,6 +2,7 @@
 the library knows, and says what is wrong (which input, what came back, what was expected). A function that
 still returns None is "not attempted yet". Solutions: `solutions/lesson11.py` (look after trying)."""
 import math
+import numbers
 
 import torch
 
@@ -40,10 +41,19 @@ def check_3(dsff_widths) -> None:
         assert isinstance(got, (tuple, list)) and len(got) == 2, (f"d={d}, hidden={hidden}: expected a pair "
                                                                   f"(d_A, d_B), got {got!r}")
         a, b = got
+        assert all(isinstance(w, numbers.Integral) and not isinstance(w, bool) and w > 0 for w in got), (
+            f"d={d}, hidden={hidden}: got {got!r}; d_A and d_B are widths, numbers of hidden units: positive "
+            "integers (a real-valued solution of the equation is not a layer you can build)")
         budget = 3 * d * hidden
         used = 3 * d * a + 2 * d * b + 2 * d * d
+        hint = {2 * d * d: "the gate's parameters went to the streams: count W_f (2d -> d, 2d^2 parameters)",
+                d * d: "the gate W_f maps the two streams' 2d outputs to d: it has 2d^2 parameters, not d^2",
+                }.get(used - budget, "3*d*d_A (SwiGLU stream) + 2*d*d_B (GELU stream) + 2*d^2 (gate W_f)")
+        if 3 * d * b + 2 * d * a + 2 * d * d == budget:
+            hint = ("the pair is swapped: d_A is the SwiGLU stream's width (three d x d_A matrices), d_B the GELU "
+                    "stream's (two d x d_B)")
         assert used == budget, (f"d={d}, hidden={hidden}: ({a}, {b}) gives DSFF 3*d*d_A + 2*d*d_B + 2*d^2 = "
-                                f"{used:,} parameters, SwiGLU has 3*d*hidden = {budget:,} (is the gate W_f in?)")
+                                f"{used:,} parameters, SwiGLU has 3*d*hidden = {budget:,}: {hint}")
         best = min((abs((3 * hidden - 2 * d - 3 * x) // 2 - 3 * x), x) for x in range(1, hidden)
                    if (3 * hidden - 2 * d - 3 * x) % 2 == 0 and 3 * hidden - 2 * d - 3 * x > 0)
         assert abs(b - 3 * a) == best[0], (f"d={d}, hidden={hidden}: ({a}, {b}) is exact but d_B - 3 d_A = "
@@ -203,5 +213,340 @@ def check_7(combine) -> None:
     print("Exercise 7: correct (weights by rows; with equal shards that is DDP's plain average)")
 
 
+def _one_number(got, what: str) -> float:
+    """A Python number or a one-element tensor as a float; otherwise say what came back."""
+    if isinstance(got, torch.Tensor) and got.numel() != 1:
+        raise AssertionError(f"{what}: got a tensor of shape {tuple(got.shape)}; the loss is one number, the mean "
+                             "over the rows")
+    try:
+        return float(got)
+    except (TypeError, ValueError):
+        raise AssertionError(f"{what}: expected a number, got {got!r}") from None
+
+
+def _ce_hint(got: float, logits, targets) -> str:
+    """What a wrong cross-entropy most likely did, judged from its value on one case."""
+    n = len(targets)
+    picked = logits.gather(-1, targets[:, None]).squeeze(-1)
+    m = logits.max(-1, keepdim=True).values
+    guesses = {"the mean over the rows, not their sum (divide by the number of rows)":
+               torch.nn.functional.cross_entropy(logits, targets, reduction="sum"),
+               "the loss is minus the log-probability of the target: the sign is flipped":
+               -torch.nn.functional.cross_entropy(logits, targets),
+               "after subtracting each row's max m, add it back: log sum exp(z) = m + log sum exp(z - m)":
+               ((logits - m).exp().sum(-1).log() - picked).mean()}
+    for hint, value in guesses.items():
+        if abs(got - float(value)) <= 1e-6 * max(1.0, abs(float(value))):
+            return hint
+    if n and abs(got * n - float(torch.nn.functional.cross_entropy(logits, targets))) < 1e-6:
+        return "divide by the number of rows once, not twice"
+    return "loss = mean over rows of (log sum_j exp z_j - z_target), with each row's max subtracted inside the exp"
+
+
+def check_8(cross_entropy) -> None:
+    """cross_entropy(logits, targets): the mean over rows of -log softmax(logits)[row, target], computed stably."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 7, generator=g, dtype=torch.float64)
+    targets = torch.tensor([0, 3, 6, 2, 2])
+    first = cross_entropy(logits.clone(), targets.clone())
+    if not attempted(first, 8):
+        return
+    F = torch.nn.functional
+    cases = [("5 rows of 7 logits drawn from N(0, 1) (float64)", logits, targets)]
+    big = torch.randn(4, 50, generator=g) * 1e4                      # float32, the training dtype
+    cases.append(("4 rows of 50 float32 logits of size about 1e4", big, torch.tensor([1, 7, 30, 49])))
+    mixed = torch.cat([torch.randn(1, 50, generator=g) * 1e4, torch.randn(2, 50, generator=g)])
+    cases.append(("3 float32 rows, the first of size 1e4 and two of size 1", mixed, torch.tensor([4, 5, 6])))
+    for what, z, y in cases:
+        got = _one_number(cross_entropy(z.clone(), y.clone()), what)
+        want = float(F.cross_entropy(z, y))
+        if not math.isfinite(got):
+            if got == -math.inf:
+                hint = ("Some row's sum of exp came to 0 and log 0 = -inf: subtract each row's own max (dim=-1, "
+                        "keepdim=True), not the largest logit of the whole tensor; rows far below that one have every "
+                        "exp(z - max) underflow to 0")
+            else:
+                hint = ("A naive softmax overflows: exp(1e4) is inf in float32 (exp(89) already is) and inf / inf is "
+                        "nan; or a probability underflowed to 0 before the log. Subtract each row's max before exp "
+                        "and stay in log space: log p_y = z_y - max - log sum exp(z - max)")
+            raise AssertionError(f"{what}: got {got!r}, expected F.cross_entropy's {want:.6g}. {hint}")
+        assert abs(got - want) <= 1e-5 * max(1.0, abs(want)), (
+            f"{what}: got {got:.8g}, expected F.cross_entropy's {want:.8g}. Likely: {_ce_hint(got, z, y)}")
+    print(f"Exercise 8: correct (stable at logits of 1e4, where exp overflows; first case {first:.4f} nats)")
+
+
+def _adamw_replay(p, grads, lrs, betas, eps, wd, *, bias=True, l2=False, eps_inside=False, offset=0,
+                  decay="decoupled", fresh=False):
+    """Hand-written AdamW over the given steps; the switches make one of the plausible mistakes, to name it."""
+    b1, b2 = betas
+    m, v, p = torch.zeros_like(p), torch.zeros_like(p), p.clone()
+    for t, (g, lr) in enumerate(zip(grads, lrs), 1):
+        if fresh:
+            m, v, t = torch.zeros_like(p), torch.zeros_like(p), 1
+        g = g + wd * p if l2 else g
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        t += offset
+        m_hat, v_hat = (m / (1 - b1 ** t), v / (1 - b2 ** t)) if bias else (m, v)
+        step = lr * m_hat / ((v_hat + eps).sqrt() if eps_inside else v_hat.sqrt() + eps)
+        if decay == "decoupled" and not l2:
+            p = p * (1 - lr * wd) - step
+        elif decay == "without lr":
+            p = p * (1 - wd) - step
+        elif decay == "after":
+            p = (p - step) * (1 - lr * wd)
+        else:
+            p = p - step
+    return p
+
+
+def _adamw_hint(learner, grads, lrs, betas, eps, wd) -> str:
+    """Replay the steps so far with each plausible mistake; name the one whose weights the learner's match."""
+    b1, b2 = betas
+    mistakes = {
+        "no bias correction: divide m by (1 - beta1^t) and v by (1 - beta2^t), or the first steps are far too "
+        "small (m and v start at 0)": dict(bias=False),
+        "the weight decay was added to the gradient (L2 regularisation, Adam's old form); AdamW decouples it: "
+        "multiply the weights by (1 - lr * weight_decay), outside m and v": dict(l2=True),
+        f"eps went inside the square root: the denominator is sqrt(v_hat) + eps, not sqrt(v_hat + eps) (with "
+        f"eps = {eps:g} and gradients this small, the difference shows)": dict(eps_inside=True),
+        "the step count is one too high in the bias correction: the first step is t = 1": dict(offset=1),
+        "the decay is lr * weight_decay per step, not weight_decay alone (the rate scales it)":
+            dict(decay="without lr"),
+        "the weights were not decayed at all (that is Adam; AdamW also multiplies them by 1 - lr * weight_decay)":
+            dict(decay="none"),
+        "the decay was applied after the Adam update; torch.optim.AdamW (and the paper) decays the weights the "
+        "step started from": dict(decay="after"),
+        "m, v and the step count were not kept between calls: store them in `state` (every step looked like a "
+        "first step)": dict(fresh=True),
+    }
+    for hint, switch in mistakes.items():
+        if torch.allclose(learner, _adamw_replay(_ADAM_P0, grads, lrs, betas, eps, wd, **switch),
+                          atol=1e-10, rtol=0):
+            return hint
+    return (f"AdamW at step t: m = {b1} m + (1 - {b1}) g, v = {b2} v + (1 - {b2}) g^2, m_hat = m / (1 - {b1}^t), "
+            f"v_hat = v / (1 - {b2}^t), p = p (1 - lr wd) - lr m_hat / (sqrt(v_hat) + eps)")
+
+
+_ADAM_P0 = torch.linspace(-1.5, 1.5, 12, dtype=torch.float64).reshape(3, 4)
+
+
+def check_9(adamw_step) -> None:
+    """adamw_step(p, grad, state, lr, betas, eps, weight_decay): one AdamW step for one tensor; returns the new p."""
+    betas, eps, wd = (0.9, 0.95), 1e-6, 0.1
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(3, 4, generator=g, dtype=torch.float64) * 1e-3 for _ in range(5)]   # eps shows beside them
+    lrs = [0.1, 0.2, 0.05, 0.1, 0.3]                                  # a schedule: the rate changes every step
+    state = {}
+    p = adamw_step(_ADAM_P0.clone(), grads[0].clone(), state, lrs[0], betas, eps, wd)
+    if not attempted(p, 9):
+        return
+    ref = torch.nn.Parameter(_ADAM_P0.clone())
+    opt = torch.optim.AdamW([ref], lr=lrs[0], betas=betas, eps=eps, weight_decay=wd)
+    for t, (grad, lr) in enumerate(zip(grads, lrs), 1):
+        if t > 1:
+            p = adamw_step(p, grad.clone(), state, lr, betas, eps, wd)
+        opt.param_groups[0]["lr"] = lr
+        ref.grad = grad.clone()
+        opt.step()
+        what = (f"after step {t} (rates {lrs[:t]}, betas {betas}, eps {eps:g}, weight decay {wd}), your p against "
+                "torch.optim.AdamW's")
+        hint = ""
+        if isinstance(p, torch.Tensor) and p.shape == ref.shape:
+            if not torch.isfinite(p).all():
+                hint = ("not finite: at t = 0 the bias correction 1 - beta^t is 0; count the step before using it "
+                        "(the first step is t = 1)")
+            elif not torch.allclose(p, ref.detach(), atol=1e-10, rtol=0):
+                hint = "likely: " + _adamw_hint(p, grads[:t], lrs[:t], betas, eps, wd)
+        same_tensor(p, ref.detach(), what, 1e-10, hint)
+    print("Exercise 9: correct (5 steps equal torch.optim.AdamW's to 1e-10)")
+
+
+def _clip_variants(grads, max_norm):
+    """The plausible mistakes of gradient clipping, each as the gradients it would produce."""
+    norms = [g.norm() for g in grads]
+    total = torch.stack(norms).norm()
+    return {"each tensor was clipped by its own norm; the clip is by the global norm, over all the tensors "
+            "together (sqrt of the sum of every entry's square), so that all keep their relative sizes":
+            [g * min(1.0, max_norm / float(n)) for g, n in zip(grads, norms)],
+            "that clips each entry to [-max_norm, max_norm] (clipping by value); clip by the global norm instead":
+            [g.clamp(-max_norm, max_norm) for g in grads],
+            "the gradients were scaled to norm max_norm although their norm was already below it: scale only when "
+            "the norm is above max_norm (the factor is min(1, max_norm / norm))":
+            [g * max_norm / float(total) for g in grads],
+            "the global norm is sqrt(sum of the tensors' squared norms), not the sum of their norms":
+            [g * min(1.0, max_norm / float(sum(norms))) for g in grads],
+            "the global norm is the square root of the sum of squares; the square root is missing":
+            [g * min(1.0, max_norm / float(total ** 2)) for g in grads]}
+
+
+def check_10(clip_global_norm) -> None:
+    """clip_global_norm(grads, max_norm): the list of gradients scaled so that their global norm is at most
+    max_norm, as torch.nn.utils.clip_grad_norm_ does."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [(4, 5), (5,), (3, 3)]
+    first = [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
+    if not attempted(clip_global_norm([x.clone() for x in first], 1.0), 10):
+        return
+    cases = [("3 tensors of global norm about 5, max_norm 1", first, 1.0),
+             ("the same tensors, max_norm 100 (the norm is already below)", first, 100.0),
+             ("4 tensors of norm 0.8 each (global norm 1.6), max_norm 1",
+              [torch.full((4,), 0.4, dtype=torch.float64) for _ in range(4)], 1.0),
+             ("a tensor of norm 10 beside two of norm 0.1, max_norm 1",
+              [torch.full((4,), 5.0, dtype=torch.float64), torch.full((4,), 0.05, dtype=torch.float64),
+               torch.full((1,), 0.1, dtype=torch.float64)], 1.0)]
+    for what, grads, max_norm in cases:
+        params = [torch.nn.Parameter(torch.zeros_like(x)) for x in grads]
+        for prm, x in zip(params, grads):
+            prm.grad = x.clone()
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+        got = clip_global_norm([x.clone() for x in grads], max_norm)
+        assert isinstance(got, (list, tuple)) and len(got) == len(grads), (
+            f"{what}: expected a list of {len(grads)} tensors (one per gradient), got {type(got).__name__}"
+            f"{f' of {len(got)}' if isinstance(got, (list, tuple)) else ''}")
+        hint = ""
+        if all(isinstance(x, torch.Tensor) and x.shape == p.grad.shape for x, p in zip(got, params)):
+            hint = next((h for h, v in _clip_variants(grads, max_norm).items()          # to 1e-5: with or without
+                         if all(torch.allclose(x, w, atol=1e-5, rtol=0) for x, w in zip(got, v))), "")   # torch's 1e-6
+        for i, (x, prm) in enumerate(zip(got, params)):
+            same_tensor(x, prm.grad, f"{what}: gradient {i}, against torch.nn.utils.clip_grad_norm_", 1e-6,
+                        f"likely: {hint}" if hint else "")
+    print("Exercise 10: correct (one factor for all the tensors, and none when the norm is already small)")
+
+
+# ------------------------------------------------------------------------------ exercises 11-12: checkpoints
+_PIECES = {"model": "the weights (model.state_dict())",
+           "optimizer": "AdamW's state (optimizer.state_dict(): m, v and the step count of every parameter); "
+                        "without it the first resumed step is a first step again, bias correction and all",
+           "step": "the step (it sets the scheduled rate, and where the run stops)",
+           "torch_rng": "torch's global random state (torch.get_rng_state()), which dropout draws from",
+           "data_rng": "the data generator's state (generator.get_state()), which draws the batches"}
+
+
+def _resume_objects(seed: int):
+    """A tiny model with dropout, its AdamW and a batch generator; `seed` sets the initial weights."""
+    from minwiola.model import LanguageModel, preset
+    torch.manual_seed(seed)
+    model = LanguageModel(preset("tiny-llama", dropout=0.1))
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1), torch.Generator()
+
+
+def _train_steps(model, opt, gen, start: int, stop: int) -> None:
+    """Steps start..stop-1: the rate depends on the step, the batch on `gen`, dropout on torch's global state."""
+    from minwiola.model import next_token_loss
+    model.train()
+    for step in range(start, stop):
+        for group in opt.param_groups:
+            group["lr"] = 1e-2 * (1 - step / 10)
+        x = torch.randint(0, 64, (4, 9), generator=gen)
+        next_token_loss(model(x[:, :-1]), x[:, 1:]).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def _started(stop: int = 3):
+    """A run 3 steps in, and the truth about everything a checkpoint of it must hold."""
+    model, opt, gen = _resume_objects(0)
+    gen.manual_seed(1)
+    torch.manual_seed(2)
+    _train_steps(model, opt, gen, 0, stop)
+    truth = {"model": {k: v.clone() for k, v in model.state_dict().items()}, "optimizer": opt.state_dict(),
+             "step": stop, "torch_rng": torch.get_rng_state(), "data_rng": gen.get_state()}
+    return model, opt, gen, truth
+
+
+def _scrambled():
+    """Fresh objects in a state unlike the run's: other weights, an empty optimizer, other random states."""
+    model, opt, gen = _resume_objects(5)
+    gen.manual_seed(99)
+    torch.manual_seed(77)
+    return model, opt, gen
+
+
+def _same_optimizer(a: dict, b: dict) -> bool:
+    return a["state"].keys() == b["state"].keys() and all(
+        torch.equal(x[k], y[k]) for i in a["state"] for x, y in [(a["state"][i], b["state"][i])] for k in x)
+
+
+def _missing(model, opt, gen, step, truth) -> str:
+    """The first piece of the run's state that the fresh objects did not get back, or ''."""
+    weights = model.state_dict()
+    if not all(torch.equal(weights[k], truth["model"][k]) for k in weights):
+        return "model"
+    if not _same_optimizer(opt.state_dict(), truth["optimizer"]):
+        return "optimizer"
+    if step != truth["step"]:
+        return "step"
+    if not torch.equal(torch.get_rng_state(), truth["torch_rng"]):
+        return "torch_rng"
+    if not torch.equal(gen.get_state(), truth["data_rng"]):
+        return "data_rng"
+    return ""
+
+
+def _continue_and_compare(model, opt, gen, step, what: str, hint: str) -> None:
+    _train_steps(model, opt, gen, step, 6)
+    want = _started(6)[0].state_dict()                 # the same run, never stopped
+    got = model.state_dict()
+    assert all(torch.equal(got[k], want[k]) for k in want), (
+        f"{what}: after 3 steps, a checkpoint and 3 more the weights differ from an uninterrupted run of 6 steps"
+        f"{'. ' + hint if hint else ''}")
+
+
+def check_11(save_checkpoint) -> None:
+    """save_checkpoint(path, model, optimizer, step, generator): write with torch.save a dict with the keys
+    "model", "optimizer", "step", "torch_rng", "data_rng"."""
+    import tempfile
+    from pathlib import Path
+    with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "checkpoint.pt"
+        model, opt, gen, truth = _started()
+        save_checkpoint(path, model, opt, 3, gen)
+        if not attempted(True if path.exists() else None, 11):
+            return
+        saved = torch.load(path, weights_only=False)
+        assert isinstance(saved, dict), f"your checkpoint file holds a {type(saved).__name__}, expected a dict"
+        gone = [k for k in _PIECES if k not in saved]
+        assert not gone, ("your checkpoint has no " + ", no ".join(f"{k!r}: {_PIECES[k]}" for k in gone) +
+                          ". A continued run without it is a different run")
+        model, opt, gen = _scrambled()
+        try:
+            model.load_state_dict(saved["model"])
+            opt.load_state_dict(saved["optimizer"])
+            torch.set_rng_state(saved["torch_rng"])
+            gen.set_state(saved["data_rng"])
+        except (TypeError, ValueError, RuntimeError, KeyError, AttributeError) as e:
+            raise AssertionError(f"loading your checkpoint back failed ({type(e).__name__}: {str(e)[:200]}): save "
+                                 "model.state_dict(), optimizer.state_dict(), torch.get_rng_state() and "
+                                 "generator.get_state()") from None
+        piece = _missing(model, opt, gen, saved["step"], truth)
+        assert not piece, (f"saved after step 3, your checkpoint's {piece!r} (it begins {str(saved[piece])[:40]!r}) "
+                           f"is not what the run had then; it must hold {_PIECES[piece]}")
+        _continue_and_compare(model, opt, gen, saved["step"], "your checkpoint", "")
+    print("Exercise 11: correct (the run continued from your checkpoint equals the uninterrupted one, bit for bit)")
+
+
+def check_12(load_checkpoint) -> None:
+    """load_checkpoint(path, model, optimizer, generator): put a checkpoint written as in exercise 11 back into
+    fresh objects; return the step."""
+    import tempfile
+    from pathlib import Path
+    with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "checkpoint.pt"
+        _, _, _, truth = _started()
+        torch.save(truth, path)
+        model, opt, gen = _scrambled()
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        step = load_checkpoint(path, model, opt, gen)
+        changed = any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
+        if not attempted(step if step is not None or changed else None, 12):
+            return
+        piece = _missing(model, opt, gen, step, truth)
+        assert not piece, (f"after loading a checkpoint saved at step 3, the fresh objects lack {_PIECES[piece]}"
+                           f"{f' (you returned {step!r}: return the saved step)' if piece == 'step' else ''}")
+        _continue_and_compare(model, opt, gen, step, "after your load_checkpoint", "")
+    print("Exercise 12: correct (everything the next step draws on is back: the run continues bit for bit)")
+
+
 EXERCISES = {1: "bits_per_byte", 2: "rate_at", 3: "dsff_widths", 4: "distinct", 5: "tau_for_ratio",
-             6: "train_step", 7: "combine"}   # check -> name
+             6: "train_step", 7: "combine", 8: "cross_entropy", 9: "adamw_step", 10: "clip_global_norm",
+             11: "save_checkpoint", 12: "load_checkpoint"}   # check -> name

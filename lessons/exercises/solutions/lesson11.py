@@ -78,6 +78,110 @@ def combine(rank_grads, rank_rows):
     return sum(g * n for g, n in zip(rank_grads, rank_rows)) / sum(rank_rows)
 
 
+
+def cross_entropy(logits, targets):
+    m = logits.max(dim=-1, keepdim=True).values                  # each row's largest logit
+    log_sum_exp = m.squeeze(-1) + (logits - m).exp().sum(-1).log()   # every exponent <= 0: no overflow
+    picked = logits.gather(-1, targets[:, None]).squeeze(-1)     # the target's logit in each row
+    return (log_sum_exp - picked).mean()                         # -log p_target = log sum exp - z_target
+
+
+def adamw_step(p, grad, state, lr, betas, eps, weight_decay):
+    import torch
+    b1, b2 = betas
+    if not state:
+        state.update(step=0, m=torch.zeros_like(p), v=torch.zeros_like(p))
+    state["step"] += 1                                           # the first step is t = 1
+    t = state["step"]
+    state["m"] = b1 * state["m"] + (1 - b1) * grad               # running mean of the gradient
+    state["v"] = b2 * state["v"] + (1 - b2) * grad * grad        # ... and of its square
+    m_hat = state["m"] / (1 - b1 ** t)                           # bias correction: m and v started at 0
+    v_hat = state["v"] / (1 - b2 ** t)
+    p = p * (1 - lr * weight_decay)                              # decoupled decay, on the weights themselves
+    return p - lr * m_hat / (v_hat.sqrt() + eps)
+
+
+def clip_global_norm(grads, max_norm):
+    import torch
+    total = torch.sqrt(sum((g ** 2).sum() for g in grads))       # one norm over every entry of every tensor
+    scale = min(1.0, max_norm / (float(total) + 1e-6))           # shrink only; torch adds the same 1e-6
+    return [g * scale for g in grads]
+
+
+def save_checkpoint(path, model, optimizer, step, generator):
+    import torch
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                "torch_rng": torch.get_rng_state(), "data_rng": generator.get_state()}, path)
+
+
+def load_checkpoint(path, model, optimizer, generator):
+    import torch
+    saved = torch.load(path, weights_only=True)
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    torch.set_rng_state(saved["torch_rng"])                      # dropout draws the same masks again
+    generator.set_state(saved["data_rng"])                       # ... and the sampler the same batches
+    return saved["step"]
+
+
+def _adamw_wrong(mistake):
+    """adamw_step with one plausible mistake of exercise 9."""
+    def step(p, grad, state, lr, betas, eps, weight_decay):
+        import torch
+        b1, b2 = betas
+        if not state:
+            state.update(step=0, m=torch.zeros_like(p), v=torch.zeros_like(p))
+        if mistake == "l2":
+            grad = grad + weight_decay * p                       # Adam with L2: decay inside the moments
+        t = state["step"] + (0 if mistake == "late count" else 1)
+        state["step"] += 1
+        state["m"] = b1 * state["m"] + (1 - b1) * grad
+        state["v"] = b2 * state["v"] + (1 - b2) * grad * grad
+        m_hat, v_hat = state["m"], state["v"]
+        if mistake != "no bias correction":
+            m_hat, v_hat = m_hat / (1 - b1 ** t), v_hat / (1 - b2 ** t)
+        denom = (v_hat + eps).sqrt() if mistake == "eps inside" else v_hat.sqrt() + eps
+        if mistake != "l2":
+            p = p * (1 - lr * weight_decay)
+        return p - lr * m_hat / denom
+    return step
+
+
+def _clip_per_tensor(grads, max_norm):
+    return [g * min(1.0, max_norm / (float(g.norm()) + 1e-6)) for g in grads]   # each tensor on its own
+
+
+def _save_without(*pieces):
+    """save_checkpoint that leaves pieces out: the plausible mistakes of exercise 11."""
+    def save(path, model, optimizer, step, generator):
+        import torch
+        every = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                 "torch_rng": torch.get_rng_state(), "data_rng": generator.get_state()}
+        torch.save({k: v for k, v in every.items() if k not in pieces}, path)
+    return save
+
+
+def _save_wrong_generator(path, model, optimizer, step, generator):
+    import torch
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                "torch_rng": torch.get_rng_state(), "data_rng": torch.get_rng_state()}, path)   # torch's, twice
+
+
+def _load_without(piece):
+    """load_checkpoint that does not put one piece back: the plausible mistakes of exercise 12."""
+    def load(path, model, optimizer, generator):
+        import torch
+        saved = torch.load(path, weights_only=True)
+        model.load_state_dict(saved["model"])
+        if piece != "optimizer":
+            optimizer.load_state_dict(saved["optimizer"])
+        if piece != "torch_rng":
+            torch.set_rng_state(saved["torch_rng"])
+        if piece != "data_rng":
+            generator.set_state(saved["data_rng"])
+        return 0 if piece == "step" else saved["step"]
+    return load
+
 # Plausible mistakes, for the test that every check catches one (tests/test_exercises.py).
 WRONG = {
     "bits_per_byte": lambda nats, nbytes: nats / nbytes,                       # forgot nats -> bits
@@ -87,8 +191,29 @@ WRONG = {
     "tau_for_ratio": lambda rho, target: 0.92,                                  # the paper's tau, uncalibrated
     "train_step": _forgets("zero"),                                             # gradients pile up
     "combine": lambda grads, rows: sum(grads) / len(grads),                     # DDP's plain mean: unequal shards
+    "cross_entropy": lambda z, y: -(z.softmax(-1).log().gather(-1, y[:, None])).mean(),   # naive: overflows
+    "adamw_step": _adamw_wrong("no bias correction"),
+    "clip_global_norm": _clip_per_tensor,                                         # per tensor, not global
+    "save_checkpoint": _save_without("optimizer"),                                # the moments restart at 0
+    "load_checkpoint": _load_without("torch_rng"),                                # dropout draws other masks
 }
-ALSO_WRONG = {"train_step": [_forgets("clip"), _forgets("rate")],
+ALSO_WRONG = {"dsff_widths": [lambda d, hidden: ((3 * hidden - 2 * d) / 9, (3 * hidden - 2 * d) / 3),  # reals
+                              lambda d, hidden: dsff_widths(d, hidden)[::-1],                       # swapped
+                              lambda d, hidden: (hidden // 4, (3 * hidden - d - 3 * (hidden // 4)) // 2)],  # gate d^2
+              "train_step": [_forgets("clip"), _forgets("rate")],
               "combine": [lambda grads, rows: sum(grads),                   # summed, not averaged
                           lambda grads, rows: sum(g * n for g, n in zip(grads, rows)),   # weighted, not divided
-                          lambda grads, rows: sum(g * n for g, n in zip(grads, rows)).float() / sum(rows)]}
+                          lambda grads, rows: sum(g * n for g, n in zip(grads, rows)).float() / sum(rows)],
+              "cross_entropy": [lambda z, y: (z.exp().sum(-1).log() - z.gather(-1, y[:, None])[:, 0]).mean(),
+                                lambda z, y: (z.max() + (z - z.max()).exp().sum(-1).log()          # global max
+                                              - z.gather(-1, y[:, None])[:, 0]).mean(),
+                                lambda z, y: ((z - z.max(-1, keepdim=True).values).exp().sum(-1).log()   # no + max
+                                              - z.gather(-1, y[:, None])[:, 0]).mean(),
+                                lambda z, y: (z.logsumexp(-1) - z.gather(-1, y[:, None])[:, 0]).sum()],  # sum
+              "adamw_step": [_adamw_wrong("l2"), _adamw_wrong("eps inside"), _adamw_wrong("late count")],
+              "clip_global_norm": [lambda grads, c: [g.clamp(-c, c) for g in grads],          # by value
+                                   lambda grads, c: [g * c / float(sum((x ** 2).sum() for x in grads) ** 0.5)
+                                                     for g in grads]],                         # always rescales
+              "save_checkpoint": [_save_without("torch_rng", "data_rng"), _save_without("data_rng"),
+                                  _save_wrong_generator],
+              "load_checkpoint": [_load_without("optimizer"), _load_without("data_rng"), _load_without("step")]}
