@@ -427,7 +427,7 @@ def _encoded_blocks(blocks, tokenizer, workers: int, skip: int = 0):
     import multiprocessing
     context = multiprocessing.get_context("spawn")       # fork is unsafe with torch's threads (and not on Windows)
     pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                                                  initargs=(tokenizer.dumps(),))
+                                                  initargs=(tokenizer.dumps(), os.getpid()))
     try:
         pending = []
         for i, name, block in itertools.chain([first, second], todo):
@@ -453,17 +453,18 @@ def _encode_block(name: str, block: bytes, tokenizer) -> np.ndarray:
 _WORKER_TOKENIZER = None
 
 
-def _start_worker(text: str) -> None:
+def _start_worker(text: str, parent: int) -> None:
     global _WORKER_TOKENIZER
     signal.signal(signal.SIGINT, signal.SIG_IGN)          # Ctrl-C is the main process's to handle, not each worker's
-    _WORKER_TOKENIZER = Tokenizer.loads(text)
-    parent = os.getppid()
     threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+    _WORKER_TOKENIZER = Tokenizer.loads(text)
 
 
 def _exit_with(parent: int) -> None:
     """A worker whose main process was killed (kill -9 leaves it no time to stop its pool) would wait for work for
-    ever, holding its memory: it checks every second that its parent is still there, and leaves when it is not."""
+    ever, holding its memory: it checks every second that its parent is still there, and leaves when it is not.
+    The parent's pid comes from the parent itself: a worker that starts slowly, after its parent already died, would
+    otherwise read the process that adopted it as its parent, and wait for ever."""
     while os.getppid() == parent:
         time.sleep(1.0)
     os._exit(1)

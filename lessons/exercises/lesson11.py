@@ -90,7 +90,9 @@ def check_5(tau_for_ratio) -> None:
     for target in (0.02, 0.11, 0.3):
         tau = float(tau_for_ratio(rho, target))
         mu = atm.merge_ratio(atm.merge_plan(rho, tau))
-        assert mu >= target, f"target {target}: at your tau = {tau:.4f} only mu = {mu:.4f} of the tokens merge"
+        assert mu >= target, (f"target {target}: at your tau = {tau:.4f} only mu = {mu:.4f} of the tokens merge (mu "
+                              "counts the pairs the merge plan keeps, not the similarities above tau, of which the plan "
+                              "keeps fewer: measure atm.merge_ratio(atm.merge_plan(rho, tau)) at each try)")
         above = atm.merge_ratio(atm.merge_plan(rho, tau + 1e-3))
         assert above < target, (f"target {target}: tau = {tau:.4f} is too low; tau + 0.001 still merges "
                                 f"mu = {above:.4f}: find the largest such tau")
