@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 # from <sched.h>, <sys/mount.h> and <linux/prctl.h>: the calls the standard library does not wrap on Python 3.11
@@ -128,7 +129,10 @@ def _become_init_and_exec(command: list[str]) -> None:
 
 def run(scratch: Path, hide: list[Path], command: list[str]) -> int:
     """Enter the sandbox and run `command` as its process 1; return its exit code (the launcher stays outside the
-    new process namespace and waits, so killing the launcher kills the command and all it started)."""
+    new process namespace and waits, so killing the launcher kills the command and all it started). The launcher
+    also ends the command when its own parent (the grader) goes away, killed or not: a kernel in the sandbox cannot
+    see the grader, so it would otherwise wait for it for ever."""
+    parent = os.getppid()
     enter(scratch, hide)
     child = os.fork()
     if child == 0:
@@ -143,9 +147,14 @@ def run(scratch: Path, hide: list[Path], command: list[str]) -> int:
         signal.signal(sig, lambda *_: os.kill(child, signal.SIGKILL))
     while True:
         try:
-            return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+            done, status = os.waitpid(child, os.WNOHANG)
         except InterruptedError:
             continue
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if os.getppid() != parent:                       # the grader is gone: so is everything it started
+            os.kill(child, signal.SIGKILL)
+        time.sleep(0.2)
 
 
 PR_SET_CHILD_SUBREAPER = 36

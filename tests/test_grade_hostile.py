@@ -228,3 +228,43 @@ def test_the_sandbox_says_whether_it_works_in_one_line_and_works_where_linux_all
     userns = "import ctypes, sys; sys.exit(ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0)"
     if sys.platform == "linux" and subprocess.run([sys.executable, "-c", userns]).returncode == 0:
         assert WALLED, said
+
+
+@pytest.mark.skipif(not WALLED, reason="no sandbox on this machine (minwiola.sandbox --check)")
+def test_a_killed_grader_leaves_no_sandboxed_kernel_behind(lessons, tmp_path):
+    """The kernel in the sandbox cannot see the grader (ipykernel's own parent watch sees only the launcher): the
+    launcher ends it when the grader dies, even by kill -9."""
+    mark = f"minwiola-orphan-{os.getpid()}"
+    nb = _attack(f"import time\nMARK = {mark!r}\ntime.sleep(120)\n", SOLVED_1)
+    path = _submit(tmp_path, "slow_01_tiny.ipynb", nb)
+    code = (f"from minwiola import grade; grade.grade({str(path)!r}, {str(lessons)!r}, timeout=300, "
+            "walls='sandbox')")
+    grader = subprocess.Popen([sys.executable, "-c", code])
+    deadline, launchers = time.monotonic() + 60, []
+    while time.monotonic() < deadline and not launchers:        # this grader's own launcher (others may run)
+        launchers = [p for p in _running("minwiola.sandbox") if _parent(p) == grader.pid]
+        time.sleep(0.2)
+    assert launchers, "the grader never started its kernel"
+    time.sleep(3)                                        # the kernel is in the notebook's sleep by now
+    grader.kill()
+    grader.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(map(_alive, launchers)):
+        time.sleep(0.2)
+    assert not [p for p in launchers if _alive(p)], "the sandboxed kernel outlived its grader"
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (an earlier test made this process a subreaper: what it adopts waits here to be
+    reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
