@@ -444,6 +444,16 @@ def read_metrics(out: str | Path) -> list[dict]:
     return records
 
 
+def run_title(out: str | Path) -> str:
+    """A figure's title for a run: its preset, its data and its folder (the folder name alone says little)."""
+    try:
+        config = json.loads((Path(out) / "config.json").read_text())
+        preset, data = config["train"]["preset"], config["data"]["source"].split(" (")[0]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return Path(out).name                      # a folder without a readable config still gets its name
+    return f"{preset} on {data} (run folder {Path(out).name})"
+
+
 def plot_run(out: str | Path) -> None:
     """loss.png: training loss (smoothed) and held-out loss against tokens seen."""
     from matplotlib.figure import Figure          # not pyplot: a notebook's own plotting backend stays as it is
@@ -457,6 +467,7 @@ def plot_run(out: str | Path) -> None:
     smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
     ax.plot([r["tokens"] for r in train][k - 1:], smooth, label="training (running mean)")
     ax.plot([r["tokens"] for r in valid], [r["valid_nats_per_token"] for r in valid], "o-", label="held out")
-    ax.set_xlabel("tokens seen"); ax.set_ylabel("nats / token"); ax.legend(); ax.set_title(Path(out).name)
+    ax.set_xlabel("tokens seen"); ax.set_ylabel("nats / token"); ax.legend()
+    ax.set_title(run_title(out), fontsize=9)
     fig.tight_layout()
     fig.savefig(Path(out) / "loss.png", dpi=100)

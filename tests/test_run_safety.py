@@ -562,3 +562,11 @@ def test_a_model_too_big_for_memory_is_refused_before_it_is_built(small_data, tm
     monkeypatch.setattr(LanguageModel, "from_pretrained", allocator_fails)
     assert generate_main([str(folder)]) == 1                 # out of memory all the same: the same one line
     assert "cannot build the model from" in one_error_line(capsys.readouterr().err)
+
+
+def test_a_runs_loss_figure_is_titled_by_preset_and_data_not_by_folder_alone(tmp_path):
+    config = {"train": {"preset": "llama-style"}, "data": {"source": "TinyStories sample (first 2 stories)"}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert runs.run_title(tmp_path) == f"llama-style on TinyStories sample (run folder {tmp_path.name})"
+    (tmp_path / "config.json").write_text("{not json")
+    assert runs.run_title(tmp_path) == tmp_path.name       # a damaged config: the folder's name, no traceback
