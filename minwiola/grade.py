@@ -195,13 +195,20 @@ def _restub(text: str, tree: ast.Module, names) -> str:
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 
+NO_SOLUTIONS_NOTE = "*This is the student edition: the solutions are left out of it (your instructor has them).*"
+
+
 def strip_notebook(nb: dict, stem: str, names) -> dict:
-    """A lesson's student version: solution cells dropped, exercise functions back to stubs, outputs of the
-    exercise cells (the stubs and the checks) cleared, the lesson's name in the notebook's metadata."""
+    """A lesson's student version: solution cells dropped, a note under any sentence that points at the solutions,
+    exercise functions back to stubs, outputs of the exercise cells (the stubs and the checks) cleared, the
+    lesson's name in the notebook's metadata."""
     cells = []
     for cell in nb["cells"]:
         if _shows_solutions(cell):
             continue
+        if cell["cell_type"] == "markdown" and re.search(r"exercises[./]solutions", source(cell)):
+            # the sentence points at a file this edition leaves out: say so where the learner reads it
+            cell["source"] = source(cell).rstrip("\n") + "\n\n" + NO_SOLUTIONS_NOTE
         if cell["cell_type"] == "code":
             text = source(cell)
             tree = python_of(text)

@@ -233,6 +233,8 @@ def test_a_real_lesson_with_its_solutions_scores_full(tmp_path):
     """Lesson 04 (quick to run) from the student edition, with solutions/lesson04.py pasted in as a last cell."""
     nb = grade.strip_notebook(grade.read_notebook(ROOT / "lessons" / "04_inference.ipynb"), "04_inference",
                               grade.exercises_of(grade.LESSONS, "04_inference").values())
+    pointers = [grade.source(c) for c in nb["cells"] if "exercises/solutions" in grade.source(c)]
+    assert pointers and all(p.endswith(grade.NO_SOLUTIONS_NOTE) for p in pointers)   # the learner is told
     solutions = (ROOT / "lessons" / "exercises" / "solutions" / "lesson04.py").read_text()
     # the functions as a student who solved them would hand them in: without the file's docstring, which names
     # the solutions' folder (a notebook that does is flagged)
