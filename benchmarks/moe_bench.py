@@ -22,9 +22,11 @@ evaluation of the whole held-out split), training tokens/s, and for an MoE the l
 top-k assignments each expert takes, per layer) over training (from the run's metrics) and on held-out text at the
 end, with the fraction dropped.
 
-The rule, per arm against `dense` (and `moe` against `dense-total`, `dsff`): the difference of the mean bits/byte
-over seeds is a finding ("lower"/"higher") when its size exceeds twice the larger of the two arms' seed spreads
-(max - min), else "within noise". With one seed in either arm there is no spread: the verdict is then "one seed".
+The rule, per arm against `dense` (and `moe` against `dense-total`, `dsff`; `moe-no-aux` against `moe`): the
+difference of the mean bits/byte over seeds is a finding ("lower"/"higher") when its size exceeds twice the larger of
+the two arms' seed spreads (max - min), else "within noise" (`common.compare`). The verdict is "one seed" only when
+neither arm has two seeds; with one seed in one arm, the bound is twice the other arm's spread alone: `moe-no-aux`
+(seed 0 only) against `moe` is judged by `moe`'s seed spread.
 
 "Look inside": for the trained `moe` seed 0 (best weights), every held-out token's top-1 expert in each layer; per
 layer and expert, the share of tokens it takes and its most frequent tokens; and per layer the "purity", the

@@ -94,7 +94,12 @@ LESSON14_NAMED = [("my_top_k", 0, "return (chosen, weights)"), ("my_top_k", 1, "
                   ("my_balancing_loss", 2, "FIRST choice"), ("my_balancing_loss", 3, "CHOSEN experts"),
                   ("my_balancing_loss", 4, "L_bal / E"),
                   ("my_kept", None, "served row by row"), ("my_kept", 0, "kept every assignment"),
-                  ("my_kept", 1, "GShard's order")]
+                  ("my_kept", 1, "GShard's order"),
+                  ("my_kept", 2, "mask built in serving order and not transposed back"),
+                  ("my_kept", 3, "inverted mask (True = dropped)"),
+                  ("my_top_k", 4, "first call (N=3, E=4, k=2): your function raised IndexError"),
+                  ("my_balancing_loss", 5, "count chosen.reshape(-1)"),
+                  ("my_kept", 4, "first call (B=2, T=3, k=2, E=4, C=2): your function raised IndexError")]
 
 
 @pytest.mark.parametrize("name,i,words", LESSON14_NAMED, ids=[f"lesson14-{n}-{i}" for n, i, _ in LESSON14_NAMED])
@@ -105,6 +110,23 @@ def test_lesson14_mistakes_are_named(name, i, words):
     with pytest.raises(AssertionError) as failure:
         check(solutions.WRONG[name] if i is None else solutions.ALSO_WRONG[name][i])
     assert words in str(failure.value), str(failure.value)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_lesson14_an_error_on_the_first_call_is_one_line(n):
+    """A learner's function that raises on the check's first call (the "attempted" probe) gives the same one-line
+    AssertionError as any later call, naming the case, with the learner's error chained below: review
+    reader14-15."""
+    check = getattr(importlib.import_module("exercises.lesson14"), f"check_{n}")
+
+    def broken(*args):
+        return [][len(args)]                                  # IndexError inside the learner's code
+
+    with pytest.raises(AssertionError) as failure:
+        check(broken)
+    message = str(failure.value)
+    assert message.startswith("first call (") and "raised IndexError" in message and "\n" not in message, message
+    assert isinstance(failure.value.__cause__, IndexError)
 
 
 LESSON11_NAMED = [("dsff_widths", 1, "positive integers"), ("dsff_widths", 2, "swapped"),

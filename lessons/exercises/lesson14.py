@@ -2,7 +2,8 @@
 rebuilding a `minwiola.moe.MoE` layer's output from your routing), Switch's load-balancing loss by hand
 (checked against `minwiola.moe.balancing_loss`), and which assignments an expert with a capacity serves, position by
 position (checked by rebuilding a capacity-limited layer's output). A function that still returns None is "not
-attempted yet". Solutions: `solutions/lesson14.py` (look after trying)."""
+attempted yet". Every call of your function is wrapped: an error inside it, the first call included, comes back
+as one AssertionError naming the case. Solutions: `exercises/solutions/lesson14.py` (look after trying)."""
 import torch
 
 from exercises import attempted
@@ -23,13 +24,14 @@ def _run(fn, case: str, *args, hint: str = ""):
         return fn(*args)
     except Exception as error:                       # the learner's code failed: say where, and why if we can tell
         tail = f" {hint}" if hint else ""
-        raise AssertionError(f"{case}: your function raised {type(error).__name__}: {error}.{tail}") from error
+        said = " ".join(str(error).split()).rstrip(".")   # one line, whatever the error's own text
+        raise AssertionError(f"{case}: your function raised {type(error).__name__}: {said}.{tail}") from error
 
 
 def check_1(my_top_k) -> None:
     """my_top_k(probs (N, E), k) -> (chosen (N, k) expert indices, weights (N, k)): each token's k most probable
     experts and their probabilities renormalised to sum to 1 over those k (the order within a row is free)."""
-    if not attempted(my_top_k(_probs(3, 4, 0), 2), 1):
+    if not attempted(_run(my_top_k, "first call (N=3, E=4, k=2)", _probs(3, 4, 0), 2), 1):
         return
     for N, E, k, seed in ((3, 4, 2, 0), (10, 6, 2, 1), (7, 8, 1, 2), (5, 5, 5, 3), (9, 8, 3, 4)):
         case = f"N={N}, E={E}, k={k}"
@@ -85,9 +87,11 @@ def check_2(my_balancing_loss) -> None:
     """my_balancing_loss(probs (N, E), chosen (N, k), E) -> L_bal = E sum_e f_e P_e, f_e the fraction of the k N
     assignments that go to e, P_e the mean router probability of e."""
     probs = _probs(6, 4, 0)
-    if not attempted(my_balancing_loss(probs, probs.topk(2, -1).indices, 4), 2):
-        return
     unchosen = "an expert that no token chose still has f_e = 0: count with torch.bincount(..., minlength=E)"
+    flat = "(torch.bincount counts a 1-D tensor: count chosen.reshape(-1), the k N assignments, with minlength=E)"
+    if not attempted(_run(my_balancing_loss, "first call (N=6, E=4, k=2)", probs, probs.topk(2, -1).indices, 4,
+                          hint=flat), 2):
+        return
     for N, E, k, seed in ((6, 4, 2, 0), (20, 8, 2, 1), (11, 5, 1, 2), (16, 6, 3, 3), (4, 6, 1, 4)):
         case = f"N={N}, E={E}, k={k}"
         probs = _probs(N, E, seed)
@@ -147,7 +151,7 @@ def check_3(my_kept) -> None:
     position (all rows at position 0, then at position 1, ...), a token's k choices together."""
     g = torch.Generator().manual_seed(0)
     first = torch.rand(2, 3, 4, generator=g).topk(2, -1).indices
-    if not attempted(my_kept(first, 4, 2), 3):
+    if not attempted(_run(my_kept, "first call (B=2, T=3, k=2, E=4, C=2)", first, 4, 2), 3):
         return
     why = {"row by row": "you served row by row: a later position of row 0 took a slot before position 0 of row 1, "
                          "so the future of one sequence decides what its past keeps. Serve position by position "
@@ -172,6 +176,13 @@ def check_3(my_kept) -> None:
         for name, mask in orders.items():
             if name in why and torch.equal(got, mask):
                 raise AssertionError(f"{case}: {why[name]}")
+        if torch.equal(got, want.transpose(0, 1).reshape(B, T, k)):        # (T, B, k) read as (B, T, k)
+            raise AssertionError(f"{case}: your keep/drop decisions are right but in the wrong places: a mask built "
+                                 "in serving order and not transposed back. Reshape it to (T, B, k), then "
+                                 ".transpose(0, 1) to (B, T, k)")
+        if torch.equal(got, ~want):
+            raise AssertionError(f"{case}: your mask is True exactly where an assignment is dropped: an inverted mask "
+                                 "(True = dropped). Return True where the assignment is SERVED")
         per_expert = [int(got[chosen == e].sum()) for e in range(E)]
         b, t, j = (int(i) for i in (got != want).nonzero()[0])
         raise AssertionError(f"{case}: row {b}, position {t}, choice {j} (expert {int(chosen[b, t, j])}): got "

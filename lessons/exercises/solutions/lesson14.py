@@ -71,3 +71,17 @@ def _first_choices_first(chosen, E, C):                          # GShard's orde
 WRONG["my_kept"] = _row_major
 ALSO_WRONG["my_kept"] = [lambda chosen, E, C: torch.ones(chosen.shape, dtype=torch.bool),   # no limit at all
                          _first_choices_first]
+
+
+def _serving_order_not_transposed(chosen, E, C):               # right decisions, left in (T, B, k) order
+    B, T, k = chosen.shape
+    return _rank_kept(chosen.transpose(0, 1).reshape(-1), E, C).reshape(B, T, k)
+
+
+ALSO_WRONG["my_kept"] += [_serving_order_not_transposed,
+                          lambda chosen, E, C: ~my_kept(chosen, E, C)]                      # True = dropped
+# errors inside the learner's code on the check's first call: each comes back as a one-line AssertionError
+ALSO_WRONG["my_top_k"].append(lambda probs, k: probs.topk(k, dim=2))                       # IndexError: no dim 2
+ALSO_WRONG["my_balancing_loss"].append(
+    lambda probs, chosen, E: E * (torch.bincount(chosen, minlength=E) / chosen.numel() * probs.mean(0)).sum())  # 2-D
+ALSO_WRONG["my_kept"].append(lambda chosen, E, C: chosen[chosen.shape[0]] > 0)              # IndexError: row B
