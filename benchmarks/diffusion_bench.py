@@ -403,6 +403,13 @@ def plot(result: dict, path: Path | None = None):
         dec = [s for s in settings if s["sampler"] == "decoder"]
         if dec:
             b.axhline(dec[0]["mean_judge_nats"], color="k", ls=":", label="decoder (one pass per token)")
+        # the anchor: a token drawn uniformly costs ln V nats, V the tokenizer's vocabulary (the decoder arm's, which
+        # the judge shares; the diffusion arm's is one id larger, for [MASK])
+        plain = [arm for arm in result["arms"].values() if arm.get("objective") != "diffusion" and "preset" in arm]
+        if plain:
+            vocab = preset(plain[0]["preset"], **plain[0].get("overrides", {})).vocab_size
+            b.axhline(math.log(vocab), color="grey", ls="-.",
+                      label=f"uniform random token (ln {vocab:,} = {math.log(vocab):.2f})")
         b.set_xscale("log", base=2)
         b.legend(fontsize=8)
     b.set_xlabel(f"unmasking steps N for {result.get('generation', {}).get('generated', '?')} tokens after <|endoftext|>")

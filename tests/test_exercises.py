@@ -72,7 +72,9 @@ def test_every_further_wrong_answer_fails_too(lesson, n, name, i, capsys):
 
 LESSON15_NAMED = [("my_add_noise", 2, "t[:, None]"), ("my_unmask_step", 1, "largest logit is the [MASK] column"),
                   ("my_unmask_step", 2, "drops the [MASK] column and renormalises"),
-                  ("my_unmask_step", 3, "k is per row"), ("my_unmask_step", 4, "leave the other masks as masks")]
+                  ("my_unmask_step", 3, "k is per row"), ("my_unmask_step", 4, "leave the other masks as masks"),
+                  ("my_add_noise", 3, "identical masks"), ("my_unmask_step", 5, "Rank only the masked positions"),
+                  ("my_unmask_step", 6, "softmax over the positions")]
 
 
 @pytest.mark.parametrize("name,i,words", LESSON15_NAMED, ids=[f"lesson15-{n}-{i}" for n, i, _ in LESSON15_NAMED])

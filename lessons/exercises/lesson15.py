@@ -75,7 +75,13 @@ def check_1(my_add_noise) -> None:
                              f"{bound:.3f} of {level})")
     # independent tokens: the number of masks in a row varies as a binomial, it is not fixed by t
     B, T, level = 400, 50, 0.3
-    counts = _call_noise(my_add_noise, _x0(B, T, 2), torch.full((B,), level), 2)[1].sum(1).float()
+    rows = _call_noise(my_add_noise, _x0(B, T, 2), torch.full((B,), level), 2)[1]
+    same = (rows == rows[0]).all(1).float().mean().item()          # independent rows: two agree ~0.58^50 of the time
+    assert same < 0.5, (
+        f"{B} rows at the same t = {level}: {same:.0%} of them have exactly row 0's mask. Rows with equal t got "
+        "identical masks, so the uniforms are shared between rows (one per column): draw one uniform per token, "
+        "shape (B, T), not (T,)")
+    counts = rows.sum(1).float()
     variance, expected = counts.var().item(), T * level * (1 - level)
     assert variance > expected / 2, (
         f"{B} rows of {T} tokens at t = {level}: the number of masks per row has variance {variance:.2f}, a "
@@ -111,6 +117,24 @@ def _ranked(x, score, k):
     return torch.zeros_like(x, dtype=torch.bool).scatter(-1, score.topk(k, dim=-1).indices, True) & (x == MASK)
 
 
+def _confidence(logits):
+    """Each position's confidence (B, T): the log-probability of its predicted token, [MASK] column removed."""
+    return logits.index_fill(-1, torch.tensor([MASK]), float("-inf")).log_softmax(-1).amax(-1)
+
+
+def _commit(x, score, predicted, k):
+    reveal = torch.zeros_like(x, dtype=torch.bool).scatter(-1, score.masked_fill(x != MASK, float("-inf"))
+                                                          .topk(k, dim=-1).indices, True) & (x == MASK)
+    return torch.where(reveal, predicted, x)
+
+
+def _over_positions(x, logits, k):
+    """The mistake of a softmax over the positions (dim 1), not the vocabulary, gathered at the argmax."""
+    no_mask = logits.index_fill(-1, torch.tensor([MASK]), float("-inf"))
+    predicted = no_mask.argmax(-1)
+    return _commit(x, no_mask.softmax(1).gather(-1, predicted[..., None]).squeeze(-1), predicted, k)
+
+
 def check_2(my_unmask_step) -> None:
     """my_unmask_step(x (B, T), logits (B, T, V), k, mask) -> new x: at every masked position predict the most
     likely token that is not the mask; keep the k most confident predictions of each row (highest probability of
@@ -132,6 +156,20 @@ def check_2(my_unmask_step) -> None:
             i = tuple(visible.nonzero()[0].tolist())
             raise AssertionError(f"{case}: position {i} was visible ({x[i].item()}) and you changed it to "
                                  f"{got[i].item()}: only masked positions may be filled")
+        axis = ("each position's distribution is over the tokens: softmax(..., dim=-1), taken after the [MASK] "
+                "column is set to -inf")
+        if torch.equal(got, _over_positions(x, logits, k)):
+            raise AssertionError(f"{case}: you took the softmax over the positions (dim 1), not over the vocabulary "
+                                 f"(the last dim): {axis}")
+        if torch.equal(got, x):
+            calm = logits.clone()
+            calm[..., MASK] = logits.amin(-1) - 5                       # no [MASK] logit tempts anywhere
+            if torch.equal(torch.as_tensor(_call_step(my_unmask_step, x, calm, k)), x):
+                raise AssertionError(
+                    f"{case}: you revealed nothing in any row, even when the [MASK] logit is the smallest at every "
+                    "position. One mistake that does this: a softmax over the positions (dim 1), not the "
+                    "vocabulary: the [MASK] column, -inf at every position, becomes NaN and wins the max, so [MASK] "
+                    f"is committed everywhere; {axis}")
         revealed = (x == MASK) & (got != MASK)
         counts = revealed.sum(1)
         wrong_count = (counts != k).nonzero().flatten().tolist()
@@ -144,6 +182,12 @@ def check_2(my_unmask_step) -> None:
             if n > k:
                 raise AssertionError(f"{case}: row {b} had {masks} masks and you revealed {n}, expected k = {k}: "
                                      "commit only the k most confident predictions and leave the other masks as masks")
+            top = _confidence(logits)[b].topk(k).indices                  # the k surest positions, visible ones too
+            if n < k and bool((x[b, top] != MASK).any()) and n == int((x[b, top] == MASK).sum()):
+                raise AssertionError(
+                    f"{case}: row {b}: you revealed {n}, expected k = {k}: your top k was taken over every position, "
+                    f"and {int((x[b, top] != MASK).sum())} of the {k} picks fell on visible tokens, which reveal "
+                    "nothing. Rank only the masked positions: set the confidence of visible ones to -inf before topk")
             tempted = bool(((x[b] == MASK) & (logits[b].argmax(-1) == MASK)).any())
             hint = (": at some masked positions the largest logit is the [MASK] column; take the argmax with that "
                     "column removed (a committed [MASK] is no prediction: the denoiser never predicts the mask)"

@@ -80,6 +80,29 @@ def _t_without_a_column(x0, t, mask, generator):                  # u < t: (B, T
     return x0.masked_fill(masked, mask), masked
 
 
+def _one_uniform_per_column(x0, t, mask, generator):            # the same T uniforms reused by every row
+    coin = torch.rand(x0.shape[1], generator=generator)
+    masked = coin[None, :] < t[:, None]
+    return x0.masked_fill(masked, mask), masked
+
+
+def _visible_in_the_ranking(x, logits, k, mask):                # top k over every position, then restricted
+    logits = logits.clone()
+    logits[..., mask] = float("-inf")
+    best, predicted = logits.log_softmax(-1).max(-1)
+    reveal = torch.zeros_like(x, dtype=torch.bool).scatter(-1, best.topk(k, dim=-1).indices, True) & (x == mask)
+    return torch.where(reveal, predicted, x)
+
+
+def _softmax_over_positions(x, logits, k, mask):                 # log_softmax over dim 1 (positions), not the tokens
+    logits = logits.clone()
+    logits[..., mask] = float("-inf")
+    best, predicted = logits.log_softmax(1).max(-1)
+    chosen = best.masked_fill(x != mask, float("-inf")).topk(k, dim=-1).indices
+    reveal = torch.zeros_like(x, dtype=torch.bool).scatter(-1, chosen, True) & (x == mask)
+    return torch.where(reveal, predicted, x)
+
+
 WRONG = {
     "my_add_noise": lambda x0, t, mask, generator: my_add_noise(x0, 1 - t, mask, generator),   # probability 1 - t
     "my_unmask_step": _least_confident,
@@ -87,7 +110,8 @@ WRONG = {
 # more plausible mistakes, each of which the check must also catch (tests/test_exercises.py runs them)
 ALSO_WRONG = {
     "my_add_noise": [lambda x0, t, mask, generator: my_add_noise(x0, t[:1].expand(len(t)), mask, generator),
-                     _fixed_count, _t_without_a_column],   # one t for the batch; a fixed count; no column axis
+                     _fixed_count, _t_without_a_column,    # one t for the batch; a fixed count; no column axis
+                     _one_uniform_per_column],             # the rows share their uniforms
     "my_unmask_step": [_predicts_everywhere, _predicts_mask, _confidence_with_mask_column, _k_over_the_batch,
-                       _fills_every_mask],
+                       _fills_every_mask, _visible_in_the_ranking, _softmax_over_positions],
 }
