@@ -194,7 +194,7 @@ def summarise(result: dict) -> None:
 
 
 def table(result: dict) -> str:
-    """The README's Markdown table (`--report`): every arm, its mean and spread over seeds, its verdict."""
+    """The Markdown table of docs/results.md (`--report`): every arm, its mean and spread over seeds, its verdict."""
     rows = ["| arm | parameters | peak rate | seeds | nats/token (mean) | spread (max - min) | bits/byte | "
             "compared with | difference | 2 x larger spread | the part |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, a in result["arms"].items():
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="take the arms last first (a second process can then work from the other end)")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "ablation"))
     parser.add_argument("--result", default=str(ROOT / "results" / "ablation.json"))
-    parser.add_argument("--report", action="store_true", help="print the README table from --result; train nothing")
+    parser.add_argument("--report", action="store_true", help="print docs/results.md's table from --result; train nothing")
     args = parser.parse_args(argv)
     if args.report:
         print(table(json.loads(Path(args.result).read_text())))

@@ -339,7 +339,7 @@ def write(result: dict, path: Path) -> None:
 
 
 def report(result: dict) -> str:
-    """The README's tables: quality per arm, then generation per sampler."""
+    """docs/results.md's tables: quality per arm, then generation per sampler."""
     rows = ["| arm | parameters | peak rate | seeds | held-out bits/byte (mean) | spread (max - min) | nats/token | "
             "what the number is |", "|---|---|---|---|---|---|---|---|"]
     for name, arm in result["arms"].items():
@@ -477,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default=str(ROOT / "runs" / "diffusion"))
     parser.add_argument("--result", default=str(ROOT / "results" / "diffusion_bench.json"))
     parser.add_argument("--evaluate-only", action="store_true", help="gather the finished runs; train nothing")
-    parser.add_argument("--report", action="store_true", help="print the README's tables from --result; run nothing")
+    parser.add_argument("--report", action="store_true", help="print docs/results.md's tables from --result; run nothing")
     args = parser.parse_args(argv)
     args.length = args.length or args.block_size
     args.lrs = args.lrs or args.rates

@@ -236,7 +236,7 @@ def summarise(result: dict) -> None:
 
 
 def report(result: dict) -> str:
-    """The README's two tables: what each layout costs on one span-corruption pair, and the two trained arms."""
+    """docs/results.md's two tables: what each layout costs on one span-corruption pair, and the two trained arms."""
     c = result["costs"]
     rows = ["| layout | layers | parameters | forward FLOPs per token | attended (query, key) pairs |",
             "|---|---|---|---|---|"]
@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default=str(ROOT / "runs" / "layouts"))
     parser.add_argument("--result", default=str(ROOT / "results" / "layouts.json"))
     parser.add_argument("--evaluate-only", action="store_true", help="evaluate the finished runs; train nothing")
-    parser.add_argument("--report", action="store_true", help="print the README's tables from --result; run nothing")
+    parser.add_argument("--report", action="store_true", help="print docs/results.md's tables from --result; run nothing")
     parser.add_argument("--task", choices=("span-corruption", "sort"), default="span-corruption",
                         help="sort: only the synthetic sort task (both arms, --seeds), stored under the result's "
                              '"sort" key beside the span-corruption runs, which it leaves as they are')

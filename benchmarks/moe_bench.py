@@ -188,7 +188,7 @@ def summarise(result: dict) -> None:
 
 
 def report(result: dict) -> str:
-    """The README's table."""
+    """docs/results.md's table."""
     rows = ["| arm | parameters (total / active) | seeds | nats/token | bits/byte | spread | tokens/s | vs dense |",
             "|---|---|---|---|---|---|---|---|"]
     for name, arm in result["arms"].items():

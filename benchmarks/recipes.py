@@ -172,7 +172,7 @@ def owed(recipe: Recipe) -> str:
 
 
 def report(result: dict) -> str:
-    """The README's table of recipes, from results/recipes.json: what was measured, and what is owed."""
+    """docs/training.md's table of recipes, from results/recipes.json: what was measured, and what is owed."""
     rows = ["| budget | command | speed measured | loss |", "|---|---|---|---|"]
     for name, r in result["recipes"].items():
         speed = r["speed"]
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=natural_int, default=3, help="untimed first steps (compilation falls here)")
     parser.add_argument("--full", choices=list(RECIPES), default=None, help="run this recipe to its end")
     parser.add_argument("--result", type=Path, default=RESULT)
-    parser.add_argument("--report", action="store_true", help="print the README's table from --result and stop")
+    parser.add_argument("--report", action="store_true", help="print docs/training.md's table from --result and stop")
     args = parser.parse_args(argv)
     if args.report:
         print(report(json.loads(args.result.read_text())))

@@ -983,19 +983,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-README_STEPS = {"iter_stories": "stream every story (`iter_stories`)", "load_10k": "`load_stories(limit=10_000)`",
+DOCS_STEPS = {"iter_stories": "stream every story (`iter_stories`)", "load_10k": "`load_stories(limit=10_000)`",
                 "tokens_valid": "tokenise the held-out split", "tokens_train": "tokenise the training split",
                 "tokens_warm": "the cache, once made (`data.tokens`)", "tokenizer": "train the BPE (`data tokenizer`)",
                 "trainer": "a trainer's first 3 steps and an evaluation"}
 
 
-def readme_table(result: dict) -> str:
-    """The README's table: peak memory and wall time of each step at each corpus size, and the targets."""
+def docs_table(result: dict) -> str:
+    """docs/data.md's table: peak memory and wall time of each step at each corpus size, and the targets."""
     sizes = sorted(result["sizes"], key=float)
     gb = {s: result["sizes"][s]["corpus"]["train"]["bytes"] for s in sizes}
     rows = ["| step | " + " | ".join(f"{gb[s] / 1e9:.2f} GB" for s in sizes) + " |",
             "|---|" + "---|" * len(sizes)]
-    for step, label in README_STEPS.items():
+    for step, label in DOCS_STEPS.items():
         cells = [result["sizes"][s]["steps"].get(step) for s in sizes]
         rows.append(f"| {label} | " + " | ".join(f"{c['peak_rss_gib']:.2f} GiB, {c['wall_s']:.0f} s" if c else "-"
                                                 for c in cells) + " |")
@@ -1014,14 +1014,14 @@ def readme_table(result: dict) -> str:
 
 
 def report(result: dict) -> None:
-    """The table of every step and size, then one line per target, then the README's table."""
+    """The table of every step and size, then one line per target, then docs/data.md's table."""
     print(table(result))
     for name, target in result["targets"].items():
         print(f"{name}: " + (json.dumps(target) if not isinstance(target, dict) else
                              f"met={target.get('met')}  " + json.dumps({k: v for k, v in target.items()
                                                                          if k not in ("target", "met")})))
     if {"full_split_tokenising", "warm_trainer_start"} <= set(result["targets"]):     # a run that reached size 1
-        print("\nREADME:\n" + readme_table(result))
+        print("\ndocs/data.md:\n" + docs_table(result))
 
 
 @contextlib.contextmanager

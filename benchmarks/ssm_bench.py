@@ -454,7 +454,7 @@ def plot(result: dict, path: Path | None = None):
 
 
 def report(result: dict) -> str:
-    """The README's tables, from a result file: the training comparison with the probe (means and verdicts over the
+    """docs/results.md's tables, from a result file: the training comparison with the probe (means and verdicts over the
     fresh seeds, seed 0 apart where it chose the rate), the longer runs, and the costs."""
     rows = ["| arm | parameters | peak rate | rate chosen by | fresh seeds | bits/byte (mean) | spread (max - min) "
             "| nats/token | tokens/s | difference | 2 x larger spread | verdict | probe loss: names | all tokens "
@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-steps", type=positive_int, default=8)
     parser.add_argument("--runs", default=str(ROOT / "runs" / "ssm"))
     parser.add_argument("--result", default=str(ROOT / "results" / "ssm_bench.json"))
-    parser.add_argument("--report", action="store_true", help="print the README's tables from --result; run nothing")
+    parser.add_argument("--report", action="store_true", help="print docs/results.md's tables from --result; run nothing")
     parser.add_argument("--evaluate-only", action="store_true",
                         help="gather every finished run of every arm (and probe it); train and time nothing")
     parser.add_argument("--summarise-only", action="store_true",

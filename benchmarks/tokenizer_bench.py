@@ -3,7 +3,7 @@ shipped tokenizer's compression of the held-out split.
 
     MINWIOLA_DATA=../shared/data/tinystories python benchmarks/tokenizer_bench.py
 
-Writes results/tokenizer_bench.json (read by lesson 01 and the README). Each timing is the best of `--repeat`
+Writes results/tokenizer_bench.json (read by lesson 01 and docs/results.md). Each timing is the best of `--repeat`
 runs on one thread of the machine it reports.
 """
 import argparse

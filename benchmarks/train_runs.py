@@ -9,7 +9,7 @@ results/train_runs.json, gives per preset the best held-out nats/token, perplexi
 their mean and spread (max - min), the steps, tokens and tokens/s, the held-out and (smoothed) training loss curves
 of each seed, a story from seed 0's best weights, and the command, commit, hardware and data.
 
-    python benchmarks/train_runs.py --report      # the README's table, from results/train_runs.json
+    python benchmarks/train_runs.py --report      # docs/results.md's table, from results/train_runs.json
 """
 import argparse
 import dataclasses
@@ -56,7 +56,7 @@ def story(out: Path) -> str:
 
 
 def table(result: dict) -> str:
-    """The README's Markdown table: best held-out numbers, mean and spread over seeds, per preset."""
+    """docs/results.md's Markdown table: best held-out numbers, mean and spread over seeds, per preset."""
     rows = ["| preset | parameters | seeds | nats/token | perplexity | bits/byte | bits/byte spread (max - min) "
             "| steps | tokens seen |", "|---|---|---|---|---|---|---|---|---|"]
     for name, r in result["presets"].items():
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every", type=positive_int, default=200)
     parser.add_argument("--runs", default=str(ROOT / "runs" / "compare"))
     parser.add_argument("--result", default=str(ROOT / "results" / "train_runs.json"))
-    parser.add_argument("--report", action="store_true", help="print the README table from --result; train nothing")
+    parser.add_argument("--report", action="store_true", help="print docs/results.md's table from --result; train nothing")
     args = parser.parse_args(argv)
     if args.report:
         print(table(json.loads(Path(args.result).read_text())))

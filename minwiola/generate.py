@@ -210,7 +210,7 @@ def fill_stories(model: LanguageModel, tokenizer, idx: torch.Tensor, new_tokens:
     return out
 
 
-STORY_MODEL = Path(__file__).parent / "assets" / "story-model"   # trained in lesson 11 (README: how)
+STORY_MODEL = Path(__file__).parent / "assets" / "story-model"   # trained in lesson 11 (docs/results.md: how)
 
 
 def words(text: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""benchmarks/NAME.py as a module, for the tests that check a benchmark's design or the README's numbers.
+"""benchmarks/NAME.py as a module, for the tests that check a benchmark's design or the numbers in docs/.
 
 (Not in conftest.py: lessons/ has a conftest.py too, and `from conftest import ...` finds whichever was imported
 first when pytest collects both folders.)"""

@@ -1,4 +1,4 @@
-"""The project itself: install files agree, the two README commands exist, README numbers match results/."""
+"""The project itself: install files agree, the two README commands exist, the numbers in docs/ match results/."""
 import json
 import re
 import tomllib
@@ -13,6 +13,12 @@ from minwiola.lesson import check_environment, requirements
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
+RESULTS = (DOCS / "results.md").read_text()     # every measurement, with its command and hardware
+MODELS = (DOCS / "models.md").read_text()       # the presets
+DATA = (DOCS / "data.md").read_text()           # the data pipeline, measured at full size
+TRAINING = (DOCS / "training.md").read_text()   # the trainer, GPUs and the recipes per budget
+LAYOUT = (DOCS / "layout.md").read_text()
 
 
 def test_environment_yml_lists_the_same_dependencies_as_pyproject():
@@ -54,115 +60,117 @@ def test_readme_gives_the_two_commands_and_ci_runs_the_test_one():
 
 
 def test_readme_lists_every_lesson():
+    lessons_doc = (DOCS / "lessons.md").read_text()
     for nb in sorted((ROOT / "lessons").glob("*.ipynb")):
         assert f"(lessons/{nb.name})" in README, f"{nb.name} is missing from the README's lesson table"
+        assert f"(../lessons/{nb.name})" in lessons_doc, f"{nb.name} is missing from docs/lessons.md's table"
 
 
-def test_readme_layout_names_every_library_file():
-    layout = README.split("## Layout\n", 1)[1].split("```")[1]                 # the code block
+def test_layout_names_every_library_file():
+    layout = LAYOUT.split("# Layout\n", 1)[1].split("```")[1]                  # the code block
     named = set(re.findall(r"^  (\S+\.py) ", layout, flags=re.M))             # the indented minwiola/ rows
     library = {f.name for f in (ROOT / "minwiola").glob("*.py")} - {"__init__.py"}
-    assert named == library, f"README's layout is wrong about {sorted(named ^ library)} (missing or gone)"
+    assert named == library, f"docs/layout.md is wrong about {sorted(named ^ library)} (missing or gone)"
     top = re.findall(r"^(\S+) ", layout, flags=re.M)                          # the repository's own rows
     assert len(top) >= 10 and all((ROOT / path).exists() for path in top if path not in ("data/", "runs/")), top
     assert "common.py" in layout and (ROOT / "benchmarks" / "common.py").is_file()
 
 
-def test_readme_numbers_come_from_results():
+def test_tokenizer_numbers_come_from_results():
     bench = json.loads((ROOT / "results" / "tokenizer_bench.json").read_text())
-    assert f"| {bench['train_seconds']:.2f} s |" in README
-    assert f"| {bench['fast_mb_per_s']:.1f} MB/s |" in README
-    assert f"| {bench['reference_mb_per_s']:.2f} MB/s |" in README
-    assert f"({bench['train_megabytes']:.2f} MB)" in README
-    assert f"| {bench['valid_bytes_per_token']:.2f} bytes/token |" in README
-    assert bench["data"].startswith("TinyStories sample") and "TinyStories sample" in README
+    assert f"| {bench['train_seconds']:.2f} s |" in RESULTS
+    assert f"| {bench['fast_mb_per_s']:.1f} MB/s |" in RESULTS
+    assert f"| {bench['reference_mb_per_s']:.2f} MB/s |" in RESULTS
+    assert f"({bench['train_megabytes']:.2f} MB)" in RESULTS
+    assert f"| {bench['valid_bytes_per_token']:.2f} bytes/token |" in RESULTS
+    assert bench["data"].startswith("TinyStories sample") and "TinyStories sample" in RESULTS
 
 
-def test_readme_benchmark_numbers_come_from_results():
+def test_benchmark_numbers_come_from_results():
     a = json.loads((ROOT / "results" / "attention_bench.json").read_text())
     T = max(r["T"] for r in a["rows"])
     for r in (r for r in a["rows"] if r["T"] == T):
-        assert f"| {r['seconds'] * 1e3:.1f} ms | {r['peak_bytes'] / 2**20:.0f} MiB |" in README
+        assert f"| {r['seconds'] * 1e3:.1f} ms | {r['peak_bytes'] / 2**20:.0f} MiB |" in RESULTS
     g = json.loads((ROOT / "results" / "generation_bench.json").read_text())
-    assert f"{g['with_cache']:.0f} tokens/s with the KV cache, {g['without_cache']:.0f} without" in README
+    assert f"{g['with_cache']:.0f} tokens/s with the KV cache, {g['without_cache']:.0f} without" in RESULTS
     t = json.loads((ROOT / "results" / "train_bench.json").read_text())
     for r in t["rows"]:
-        assert f"| `{r['preset']}` | {r['params']:,} | {r['tokens_per_s']:,} |" in README
+        assert f"| `{r['preset']}` | {r['params']:,} | {r['tokens_per_s']:,} |" in RESULTS
     c = json.loads((ROOT / "results" / "train_bench_cs336.json").read_text())
-    assert c["command"] in README
+    assert c["command"] in RESULTS
     for r in c["rows"]:
-        assert f"| `{r['preset']}` | {r['params']:,} | {r['tokens_per_s']:,} | {r['seconds_per_step']:.3f} |" in README
+        assert f"| `{r['preset']}` | {r['params']:,} | {r['tokens_per_s']:,} | {r['seconds_per_step']:.3f} |" in RESULTS
     rows = {r["preset"]: r for r in [*c["rows"], *t["rows"]]}
     ratio = rows["wiola-cs336"]["seconds_per_step"] / rows["llama-cs336"]["seconds_per_step"]
     yocto_size = rows["wiola-yocto"]["seconds_per_step"] / rows["llama-style"]["seconds_per_step"]
-    assert f"Wiola's training step costs {ratio:.2f}x LLaMA's at the CS336 shape and {yocto_size:.2f}x" in README
+    assert f"Wiola's training step costs {ratio:.2f}x LLaMA's at the CS336 shape and {yocto_size:.2f}x" in RESULTS
 
 
 def train_runs():
     return benchmark("train_runs")
 
 
-def test_readme_ablation_table_comes_from_results():
+def test_ablation_table_comes_from_results():
     result = json.loads((ROOT / "results" / "ablation.json").read_text())
-    assert benchmark("ablation").table(result) in README           # the table `--report` prints, verbatim
-    assert result["command"] in README and result["data"].startswith("TinyStories sample")
+    assert benchmark("ablation").table(result) in RESULTS           # the table `--report` prints, verbatim
+    assert result["command"] in RESULTS and result["data"].startswith("TinyStories sample")
     assert len(result["arms"]) == 14 and all(len(a["seeds"]) >= 3 for a in result["arms"].values())
     cal = result["atm_calibration"]
-    assert f"tau = {cal['tau']}" in README and f"{cal['mu_at_paper_tau_0.92']:.1%} of the tokens at 0.92" in README
+    assert f"tau = {cal['tau']}" in RESULTS and f"{cal['mu_at_paper_tau_0.92']:.1%} of the tokens at 0.92" in RESULTS
 
 
-def test_readme_story_model_comes_from_results():
+def test_story_model_comes_from_results():
     from minwiola.generate import STORY_MODEL
     long = json.loads((ROOT / "results" / "quality_6000.json").read_text())
     (run,) = long["presets"]["llama-style"]["seeds"].values()
-    assert long["command"] in README and f"{run['bits_per_byte']:.4f} bits per byte" in README
+    assert long["command"] in RESULTS and f"{run['bits_per_byte']:.4f} bits per byte" in RESULTS
     shipped = json.loads((STORY_MODEL / "eval.json").read_text())
     assert shipped["bits_per_byte"] == run["bits_per_byte"]        # the shipped weights are that run's best
     sq = json.loads((ROOT / "results" / "story_quality.json").read_text())
-    assert sq["command"] in README
+    assert sq["command"] in RESULTS
     for name, r in [*sq["settings"].items(), ("held-out stories", sq["reference"])]:
-        assert f"| {name} | {r['stories']} | {r['distinct_1']:.3f} | {r['distinct_2']:.3f} | {r['repetition_2']:.3f} |" in README
+        assert f"| {name} | {r['stories']} | {r['distinct_1']:.3f} | {r['distinct_2']:.3f} | {r['repetition_2']:.3f} |" in RESULTS
 
 
-def test_readme_longer_run_comes_from_results():
+def test_longer_run_comes_from_results():
     result = json.loads((ROOT / "results" / "quality_run.json").read_text())
-    assert train_runs().table(result) in README and result["command"] in README
+    assert train_runs().table(result) in RESULTS and result["command"] in RESULTS
     (r,) = result["presets"].values()
     seeds = r["seeds"].values()
     assert len(seeds) >= 3
-    # what the README says of these runs
+    # what docs/results.md says of these runs
     assert all(s["bits_per_byte"] < 1.10 for s in seeds) and r["mean_bits_per_byte"] < 1.05
     assert all(s["best_step"] == s["steps"] for s in seeds)
 
 
-def test_readme_atm_numbers_come_from_results():
+def test_atm_numbers_come_from_results():
     b = json.loads((ROOT / "results" / "atm_bench.json").read_text())
-    assert f"a Wiola-shaped model of {b['params']:,} parameters" in README and b["command"] in README
+    assert f"a Wiola-shaped model of {b['params']:,} parameters" in RESULTS and b["command"] in RESULTS
     base = b["rows"][0]["median_seconds"]
     for r in b["rows"]:
         assert (f"| {r.get('measured_mu', 0):.3f} | {r['seconds_per_step']:.3f} | {r['median_seconds']:.3f} | "
                 f"{r.get('flops_saving', 0):.1%} | {r.get('time_saving', 0):.1%} | "
-                f"{1 - r['median_seconds'] / base:.1%} |") in README
-    assert f"takes {b['merge_machinery_ms']['vectorised plan + merge + unmerge']:.1f} ms" in README
+                f"{1 - r['median_seconds'] / base:.1%} |") in RESULTS
+    assert f"takes {b['merge_machinery_ms']['vectorised plan + merge + unmerge']:.1f} ms" in RESULTS
     assert b["data"].startswith("TinyStories sample")
 
 
-def test_readme_checkpointing_numbers_come_from_results():
+def test_checkpointing_numbers_come_from_results():
     b = json.loads((ROOT / "results" / "checkpointing_bench.json").read_text())
-    assert b["command"] in README and b["hardware"].rsplit(",", 1)[0] in README and b["threads"] == 2
-    assert f"time is the median of {b['repeat']}\nsteps" in README
+    assert b["command"] in RESULTS and b["hardware"].rsplit(",", 1)[0] in RESULTS and b["threads"] == 2
+    assert f"time is the median of {b['repeat']}\nsteps" in RESULTS
     for r in b["rows"]:
         assert (f"| `{r['preset']}` | {'on' if r['checkpointing'] else 'off'} | {r['peak_bytes'] / 2**20:.0f} MiB | "
-                f"{r['seconds']:.3f} | {r['fastest']:.3f} - {r['slowest']:.3f} |") in README
+                f"{r['seconds']:.3f} | {r['fastest']:.3f} - {r['slowest']:.3f} |") in RESULTS
     llama, wiola = b["summary"]["llama-style"], b["summary"]["wiola-yocto"]
     assert (f"saves {llama['memory_saving']:.0%} of a step's peak memory for `llama-style` and "
-            f"{wiola['memory_saving']:.0%} for `wiola-yocto`") in README
-    assert f"took {llama['time_ratio']:.2f}x the step time for `llama-style` and {wiola['time_ratio']:.2f}x" in README
+            f"{wiola['memory_saving']:.0%} for `wiola-yocto`") in RESULTS
+    assert f"took {llama['time_ratio']:.2f}x the step time for `llama-style` and {wiola['time_ratio']:.2f}x" in RESULTS
     first_use = [on["warmup_bytes"] - off["warmup_bytes"] for off, on in zip(b["rows"][::2], b["rows"][1::2])]
-    assert f"costs about {first_use[0] / 2**20:.0f} MiB once" in README
+    assert f"costs about {first_use[0] / 2**20:.0f} MiB once" in RESULTS
     steps = [t for r in b["rows"] for t in (r["fastest"], r["slowest"])]
-    assert f"(steps from {min(steps):.2f} s to {max(steps):.2f} s)" in README
-    # what the README says of them: checkpointing saves memory (at least a fifth); what is left is mostly the
+    assert f"(steps from {min(steps):.2f} s to {max(steps):.2f} s)" in RESULTS
+    # what docs/results.md says of them: checkpointing saves memory (at least a fifth); what is left is mostly the
     # logits' three B x T x V float32 tensors (log-softmax, its gradient, the logits' gradient); the first use
     # costs tens of MiB once in both presets
     assert all(s["memory_saving"] > 0.2 for s in b["summary"].values())
@@ -170,27 +178,27 @@ def test_readme_checkpointing_numbers_come_from_results():
     B, T = map(int, re.match(r"batch (\d+) x (\d+) tokens", b["shape"]).groups())
     V = {preset(name).vocab_size for name in b["summary"]}.pop()
     logits = B * T * V * 4
-    assert f"({B} x {T} x {V:,} numbers, {logits / 2**20:.0f} MiB in float32)" in README
+    assert f"({B} x {T} x {V:,} numbers, {logits / 2**20:.0f} MiB in float32)" in RESULTS
     assert all(3 * logits > r["peak_bytes"] / 2 for r in b["rows"] if r["checkpointing"])
     assert all(30 * 2**20 < extra < 100 * 2**20 for extra in first_use)
 
 
-def test_readme_names_every_preset():
+def test_models_doc_names_every_preset():
     from minwiola.model import PRESETS
-    missing = [name for name in PRESETS if f"`{name}`" not in README]
-    assert not missing, f"README never names the preset(s) {missing}"
+    missing = [name for name in PRESETS if f"`{name}`" not in MODELS]
+    assert not missing, f"docs/models.md never names the preset(s) {missing}"
 
 
-def test_readme_preset_parameter_counts():
+def test_models_doc_preset_parameter_counts():
     from minwiola.model import LanguageModel, preset
     for name in ("gpt2-style", "llama-style", "ssm-llama-style"):
-        assert f"| {LanguageModel(preset(name)).n_params():,} |" in README
-    assert "| 484,272 (as published) |" in README and LanguageModel(preset("yocto")).n_params() == 484_272
+        assert f"| {LanguageModel(preset(name)).n_params():,} |" in MODELS
+    assert "| 484,272 (as published) |" in MODELS and LanguageModel(preset("yocto")).n_params() == 484_272
     from minwiola.budget import count_params
     for name in ("wiola-yocto", "wiola-cs336", "wiola-120m", "wiola-360m", "wiola-700m", "wiola-1.5b"):
         c = preset(name)
-        assert f"| `{name}` | {c.d} | {c.n_layers} | {c.n_heads} / {c.n_kv_heads} |" in README
-        assert f"| {c.d_ff_a} / {c.d_ff} | {count_params(c):,} |" in README
+        assert f"| `{name}` | {c.d} | {c.n_layers} | {c.n_heads} / {c.n_kv_heads} |" in MODELS
+        assert f"| {c.d_ff_a} / {c.d_ff} | {count_params(c):,} |" in MODELS
 
 
 def test_tokenizer_job_trains_and_saves_but_never_over_a_file_of_yours(tmp_path, capsys):
@@ -229,33 +237,33 @@ def test_quick_mode_switch(monkeypatch):
     assert quick_mode() is False
 
 
-def test_readme_names_the_hardware_of_the_training_results():
+def test_results_doc_names_the_hardware_of_the_training_results():
     for name in ("ablation", "quality_6000"):
         result = json.loads((ROOT / "results" / f"{name}.json").read_text())
-        block = README.split(f"`results/{name}.json`", 1)[1][:400]
-        assert result["hardware"] in block, f"README names other hardware than results/{name}.json"
+        block = RESULTS.split(f"`results/{name}.json`", 1)[1][:400]
+        assert result["hardware"] in block, f"docs/results.md names other hardware than results/{name}.json"
 
 
-def test_readme_extrapolation_table_comes_from_results():
+def test_extrapolation_table_comes_from_results():
     import statistics
     r = json.loads((ROOT / "results" / "extrapolation.json").read_text())
-    assert f"gathered by `{r['command']}`" in README and r["data"].startswith("TinyStories sample")
+    assert f"gathered by `{r['command']}`" in RESULTS and r["data"].startswith("TinyStories sample")
     for name, a in r["encodings"].items():
         at_L = statistics.mean(s["nats_per_token_at_L"] for s in a["seeds"].values())
         assert (f"| {name} | {len(a['seeds'])} | {a['gap']:+.3f} | {a['spread']:.3f} | {a['verdict']} | "
-                f"{at_L:.3f} |") in README, name
+                f"{at_L:.3f} |") in RESULTS, name
 
 
-def test_readme_ssm_tables_come_from_results():
+def test_ssm_tables_come_from_results():
     r = json.loads((ROOT / "results" / "ssm_bench.json").read_text())
-    assert r["data"].startswith("TinyStories sample") and "TinyStories sample" in README
-    assert r["command"] in README and r["costs"]["command"] in README          # the commands that wrote them
+    assert r["data"].startswith("TinyStories sample") and "TinyStories sample" in RESULTS
+    assert r["command"] in RESULTS and r["costs"]["command"] in RESULTS          # the commands that wrote them
     for line in benchmark("ssm_bench").report(r).splitlines():       # every row of the three tables
-        assert line in README, line
+        assert line in RESULTS, line
     arms, c = r["arms"], r["comparison"]["ssm-llama-style"]
     long = {name: next(iter(arm["long"].values())) for name, arm in arms.items() if arm.get("long")}
     recall = long["ssm-llama-style"]["probe"]["recall"]["loss"] - long["llama-style"]["probe"]["recall"]["loss"]
-    text = " ".join(README.split())
+    text = " ".join(RESULTS.split())
     for claim in (f"S4D is {-c['difference']:.2f} bits per byte lower",
                   f"scatter by {arms['llama-style']['spread_bits_per_byte']:.2f} (S4D's by "
                   f"{arms['ssm-llama-style']['spread_bits_per_byte']:.3f})",
@@ -274,10 +282,10 @@ def test_lesson_00_maps_every_lesson():
     assert rows == lessons, f"lesson 00's map is wrong about lesson(s) {sorted(rows ^ lessons)}"
 
 
-def test_readme_diffusion_tables_come_from_results():
+def test_diffusion_tables_come_from_results():
     r = json.loads((ROOT / "results" / "diffusion_bench.json").read_text())
     assert r["data"].startswith("TinyStories sample") and not r["partial"]
-    section = README.split("**Masked diffusion against a decoder**")[1].split("\n**")[0]
+    section = RESULTS.split("**Masked diffusion against a decoder**")[1].split("\n**")[0]
     assert "(partial)" not in section and "python benchmarks/diffusion_bench.py --evaluate-only" in section
     for line in benchmark("diffusion_bench").report(r).splitlines():       # every row of the three tables
         assert line in section, line
@@ -288,10 +296,10 @@ def test_readme_diffusion_tables_come_from_results():
         assert claim in text, claim
 
 
-def test_readme_layouts_tables_come_from_results():
+def test_layouts_tables_come_from_results():
     r = json.loads((ROOT / "results" / "layouts.json").read_text())
     assert r["data"].startswith("TinyStories sample") and not r["partial"]
-    section = README.split("**Three layouts on one task**")[1].split("\n**")[0]
+    section = RESULTS.split("**Three layouts on one task**")[1].split("\n**")[0]
     assert "python benchmarks/layouts_bench.py --report" in section
     for line in benchmark("layouts_bench").report(r).splitlines():        # every row of both tables
         assert line in section, line
@@ -304,13 +312,14 @@ def test_readme_layouts_tables_come_from_results():
     assert restored == {"0.3%"}, "the prose says each arm restores 0.3% of the spans"
 
 
-def test_readme_real_size_tables_come_from_results():
-    """Issue 30: the scale table, the resume sentence and the recipes table are what the result files hold."""
-    section = README.split("### The full download, at its real size")[1].split("\n## ")[0]
+def test_real_size_tables_come_from_results():
+    """Issue 30: the scale table, the resume sentence (docs/data.md) and the recipes table (docs/training.md) are
+    what the result files hold."""
+    section = DATA.split("## The full download, at its real size")[1].split("\n## ")[0]
     scale = json.loads((ROOT / "results" / "scale_bench.json").read_text())
     assert not scale["partial"] and all(t.get("met") is not False for k, t in scale["targets"].items()
                                         if k not in ("resume", "failed_steps"))
-    for line in benchmark("scale_bench").readme_table(scale).splitlines():
+    for line in benchmark("scale_bench").docs_table(scale).splitlines():
         assert line in section, line
     fixed = json.loads((ROOT / "results" / "scale_bench_resume.json").read_text())["targets"]["resume"]
     text = " ".join(section.split())
@@ -318,5 +327,6 @@ def test_readme_real_size_tables_come_from_results():
     assert (f"killed after {fixed['done_at_kill']:.0%} of its ids" in text and
             f"{fixed['fraction_of_cold_cpu']:.2f} of the cold pass's CPU time" in text)
     recipes = json.loads((ROOT / "results" / "recipes.json").read_text())
+    section = TRAINING.split("## One GPU, and several")[1].split("\n## ")[0]
     for line in benchmark("recipes").report(recipes).splitlines():
         assert line in section, line
