@@ -84,17 +84,20 @@ from pathlib import Path
 
 import torch
 
-from ablation import BASE, FIVE, PARTS, calibrate_tau, learned, summary  # noqa: E402 (benchmarks/ablation.py)
-from common import ROOT, commit, compare, hardware, save_or_return, step_times, train_or_reuse, write_result  # noqa: E402
-from common import (check_configs, model_shape, natural_int, positive_float, positive_int, proportion,  # noqa: E402
-                    seed_int, target_merge_ratio, user_errors)
-from ssm_bench import closest_d_ff  # noqa: E402
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minwiola import data  # noqa: E402
-from minwiola.budget import count_params  # noqa: E402
-from minwiola.model import preset  # noqa: E402
-from minwiola.tokenizer import default_tokenizer  # noqa: E402
-from minwiola.train import TrainConfig, read_metrics  # noqa: E402
+from benchmarks.ablation import BASE, FIVE, PARTS, calibrate_tau, learned, summary
+from benchmarks.common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, positive_float,
+                               positive_int, proportion, save_or_return, seed_int, step_times, target_merge_ratio,
+                               train_or_reuse, user_errors, write_result)
+from benchmarks.ssm_bench import closest_d_ff
+
+from minwiola import data
+from minwiola.budget import count_params
+from minwiola.model import preset
+from minwiola.tokenizer import default_tokenizer
+from minwiola.train import TrainConfig, read_metrics
 
 REFERENCE = "llama-style+width"
 # name: the ablation's parts, other overrides, where the rate comes from, and (the control) whose parameters to hold
