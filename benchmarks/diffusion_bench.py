@@ -1,4 +1,4 @@
-"""A masked-diffusion language model against a decoder (issue 20, lesson 15): held-out bits per byte (a bound
+"""A masked-diffusion language model against a decoder (lesson 15): held-out bits per byte (a bound
 against an exact value), samples and their cost at several numbers of unmasking steps, and a blank filled in.
 
     export MINWIOLA_DATA=../shared/data/tinystories OMP_NUM_THREADS=1

@@ -1,4 +1,4 @@
-"""The three layouts (issue 20): their costs at the llama-style width, and the smallest encoder-decoder trained on
+"""The three layouts (lesson 15): their costs at the llama-style width, and the smallest encoder-decoder trained on
 T5's span corruption of TinyStories, against a decoder-only model of equal parameters on the same task.
 
     MINWIOLA_DATA=/work/shared/data/tinystories OMP_NUM_THREADS=1 python benchmarks/layouts_bench.py

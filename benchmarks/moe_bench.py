@@ -1,4 +1,4 @@
-"""Mixture of experts against dense feed-forward layers (issue 19): at equal active parameters, equal total
+"""Mixture of experts against dense feed-forward layers (lesson 14): at equal active parameters, equal total
 parameters, and against DSFF (two dense streams under a per-dimension soft gate, every parameter active).
 
     MINWIOLA_DATA=../shared/data/tinystories OMP_NUM_THREADS=1 python benchmarks/moe_bench.py

@@ -1,4 +1,4 @@
-"""The data pipeline at TinyStories' real size and beyond (issue 30): every step from the downloaded files to training
+"""The data pipeline at TinyStories' real size and beyond: every step from the downloaded files to training
 windows, each in its own fresh process, at several corpus sizes, to show its memory is bounded and flat.
 
     MINWIOLA_DATA=../shared/data/tinystories python benchmarks/scale_bench.py --sizes 0.0625 0.25 1 4

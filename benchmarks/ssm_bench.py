@@ -1,4 +1,4 @@
-"""State-space models against attention (issue 18, lesson 13): what each costs, how well each learns, what each recalls.
+"""State-space models against attention (lesson 13): what each costs, how well each learns, what each recalls.
 
     export MINWIOLA_DATA=../shared/data/tinystories OMP_NUM_THREADS=1
     python benchmarks/ssm_bench.py --parts costs                          # a few minutes

@@ -1,4 +1,4 @@
-"""The CPU comparison of issue 7: several presets, the same training-time budget, several seeds.
+"""The presets compared on a CPU: several presets, the same training-time budget, several seeds.
 
     MINWIOLA_DATA=../shared/data/tinystories python benchmarks/train_runs.py --minutes 10 --seeds 0 1 2
 
