@@ -33,14 +33,16 @@ from pathlib import Path
 
 import torch
 
-from common import (ROOT, commit, hardware, positive_float, positive_int, seed_int, target_merge_ratio,  # noqa: E402
-                    train_or_reuse, user_errors)
-from train_runs import best_eval  # noqa: E402
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minwiola import atm, data  # noqa: E402
-from minwiola.budget import count_params, training_flops  # noqa: E402
-from minwiola.generate import load_model  # noqa: E402
-from minwiola.train import TrainConfig, read_metrics  # noqa: E402
+from benchmarks.common import (ROOT, best_eval, commit, hardware, positive_float, positive_int, seed_int,
+                               target_merge_ratio, train_or_reuse, user_errors)
+
+from minwiola import atm, data
+from minwiola.budget import count_params, training_flops
+from minwiola.generate import load_model
+from minwiola.train import TrainConfig, read_metrics
 
 BASE = "llama-style"
 # DSFF at llama-style's parameter count: per layer 3 d d_A + 2 d d_B + 2 d^2 (the gate W_f) = 3 d 176 (SwiGLU's

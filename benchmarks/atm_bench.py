@@ -16,14 +16,18 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-from common import ROOT, hardware, positive_int, target_merge_ratio, user_errors  # noqa: E402 (benchmarks/common.py)
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minwiola import atm, data  # noqa: E402
-from minwiola.budget import forward_flops  # noqa: E402
-from minwiola.model import LanguageModel, preset  # noqa: E402
+from benchmarks.common import ROOT, hardware, positive_int, target_merge_ratio, user_errors
+
+from minwiola import atm, data
+from minwiola.budget import forward_flops
+from minwiola.model import LanguageModel, preset
 
 
 def config(T: int, kind: str, tau: float = 0.92):

@@ -32,8 +32,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-from common import ROOT, commit, hardware, known_preset, positive_int, user_errors  # noqa: E402 (benchmarks/common.py)
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import ROOT, commit, hardware, known_preset, positive_int, user_errors
 
 CASE = """
 import json, resource, statistics, sys, time, torch

@@ -1,6 +1,6 @@
 """What every benchmark shares: the repository's root, the machine a result was measured on, the commit that
-measured it, and the checks that make a bad option one `error:` line. Benchmarks run as scripts
-(`python benchmarks/NAME.py`), so Python finds this file beside them."""
+measured it, how a finished run and a timing are summed up, and the checks that make a bad option one `error:`
+line. Each benchmark imports it as `benchmarks.common`, whether run as `python -m benchmarks.NAME` or as a file."""
 import argparse
 import dataclasses
 import functools
@@ -76,6 +76,35 @@ def step_times(configs: dict, block: int, batch: int, repeat: int = 5, ids=None)
             if turn:
                 times[name].append(time.perf_counter() - start)
     return times
+
+
+def best_eval(out: Path, points: int = 60) -> dict:
+    """The best held-out evaluation of a finished run, what it cost, and its curves (training loss as a running
+    mean over `points` equal stretches, so the file stays small)."""
+    from minwiola.train import read_metrics
+    records = read_metrics(out)
+    evals = [r for r in records if "valid_nats_per_token" in r]
+    train = [r for r in records if "train_loss" in r]
+    best = min(evals, key=lambda r: r["valid_nats_per_token"])
+    last = records[-1]
+    k = max(1, len(train) // points)
+    stretches = [train[i:i + k] for i in range(0, len(train) - k + 1, k)]
+    return {"nats_per_token": best["valid_nats_per_token"], "perplexity": best["valid_perplexity"],
+            "bits_per_byte": best["valid_bits_per_byte"], "best_step": best["step"], "steps": last["step"],
+            "tokens": last["tokens"], "train_seconds": last["elapsed_s"],
+            "tokens_per_s": last["tokens"] / last["elapsed_s"],
+            "valid_curve": [[r["tokens"], r["valid_nats_per_token"]] for r in evals],
+            "train_curve": [[c[-1]["tokens"], statistics.mean(r["train_loss"] for r in c)] for c in stretches]}
+
+
+def best_of(repeat: int, fn) -> float:
+    """The fastest of `repeat` calls of `fn`, in seconds: the one least slowed by whatever else the machine ran."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
 
 
 def compare(arm: list[float], reference: list[float]) -> dict:

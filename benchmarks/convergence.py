@@ -1,4 +1,4 @@
-"""Does the full Wiola's lead survive at equal parameters, fairly chosen rates and a long run (issue 33, lesson 11)?
+"""Does the full Wiola's lead survive at equal parameters, fairly chosen rates and a long run (lesson 11)?
 
     cd /work/main && mkdir -p runs && MINWIOLA_DATA=$(realpath ../shared/data/tinystories) OMP_NUM_THREADS=1 \\
         nohup setsid nice -n 19 .venv/bin/python benchmarks/convergence.py --pid-file runs/convergence.pid \\
@@ -31,7 +31,7 @@ Equal parameters: `llama-style` is **widened** to Wiola's count rather than Wiol
 model the ablation and lesson 11 measured, and the control changes one width and nothing else. One control serves
 both questions: 512,576 parameters is 4 fewer than llama-style+gcla and 580 fewer than wiola (0.11%: WiolaRMSNorm's
 offsets, which nothing in llama-style matches; a SwiGLU of 241 would hold 513,344, 188 more than Wiola). The
-comparisons: wiola and llama-style+gcla against llama-style+width (the issue's two questions), wiola-srpe-offset
+comparisons: wiola and llama-style+gcla against llama-style+width (the two questions asked), wiola-srpe-offset
 against wiola and against llama-style+width, and llama-style+width and wiola against llama-style (how much of the
 lesson's 400-step lead was parameters).
 
@@ -84,17 +84,20 @@ from pathlib import Path
 
 import torch
 
-from ablation import BASE, FIVE, PARTS, calibrate_tau, learned, summary  # noqa: E402 (benchmarks/ablation.py)
-from common import ROOT, commit, compare, hardware, save_or_return, step_times, train_or_reuse, write_result  # noqa: E402
-from common import (check_configs, model_shape, natural_int, positive_float, positive_int, proportion,  # noqa: E402
-                    seed_int, target_merge_ratio, user_errors)
-from ssm_bench import closest_d_ff  # noqa: E402
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minwiola import data  # noqa: E402
-from minwiola.budget import count_params  # noqa: E402
-from minwiola.model import preset  # noqa: E402
-from minwiola.tokenizer import default_tokenizer  # noqa: E402
-from minwiola.train import TrainConfig, read_metrics  # noqa: E402
+from benchmarks.ablation import BASE, FIVE, PARTS, calibrate_tau, learned, summary
+from benchmarks.common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, positive_float,
+                               positive_int, proportion, save_or_return, seed_int, step_times, target_merge_ratio,
+                               train_or_reuse, user_errors, write_result)
+from benchmarks.ssm_bench import closest_d_ff
+
+from minwiola import data
+from minwiola.budget import count_params
+from minwiola.model import preset
+from minwiola.tokenizer import default_tokenizer
+from minwiola.train import TrainConfig, read_metrics
 
 REFERENCE = "llama-style+width"
 # name: the ablation's parts, other overrides, where the rate comes from, and (the control) whose parameters to hold
@@ -105,7 +108,8 @@ ARMS = {
     "wiola-srpe-offset": {"parts": FIVE, "extra": {"srpe_radius": "offset"}, "rate_from": "sweep"},
     "llama-style": {"parts": [], "extra": {}, "rate_from": REFERENCE},
 }
-# the order of work: the issue's main question first (its sweeps, then its seeds in turn), then one arm at a time
+# the order of work: the main question, wiola against the reference, first (its sweeps, then its seeds in turn),
+# then one arm at a time
 STAGES = [[REFERENCE, "wiola"], ["llama-style+gcla"], ["wiola-srpe-offset"], ["llama-style"]]
 COMPARE = [("wiola", REFERENCE), ("llama-style+gcla", REFERENCE), ("wiola-srpe-offset", "wiola"),
            ("wiola-srpe-offset", REFERENCE), (REFERENCE, "llama-style"), ("wiola", "llama-style")]

@@ -1,4 +1,4 @@
-"""A masked-diffusion language model against a decoder (issue 20, lesson 15): held-out bits per byte (a bound
+"""A masked-diffusion language model against a decoder (lesson 15): held-out bits per byte (a bound
 against an exact value), samples and their cost at several numbers of unmasking steps, and a blank filled in.
 
     export MINWIOLA_DATA=../shared/data/tinystories OMP_NUM_THREADS=1
@@ -68,17 +68,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common import (ROOT, commit, compare, hardware, save_or_return, train_or_reuse,  # noqa: E402
-                    write_result)  # (benchmarks/common.py)
-from common import (check_configs, model_shape, non_negative_float, positive_float, positive_int,  # noqa: E402
-                    seed_int, user_errors)
-from train_runs import best_eval  # noqa: E402
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minwiola import data, diffusion  # noqa: E402
-from minwiola.budget import count_params  # noqa: E402
-from minwiola.generate import STORY_MODEL, generate_ids, load_model, words  # noqa: E402
-from minwiola.model import LanguageModel, next_token_loss, preset  # noqa: E402
-from minwiola.train import TrainConfig, token_bytes  # noqa: E402
+from benchmarks.common import (ROOT, best_eval, check_configs, commit, compare, hardware, model_shape,
+                               non_negative_float, positive_float, positive_int, save_or_return, seed_int,
+                               train_or_reuse, user_errors, write_result)
+
+from minwiola import data, diffusion
+from minwiola.budget import count_params
+from minwiola.generate import STORY_MODEL, generate_ids, load_model, words
+from minwiola.model import LanguageModel, next_token_loss, preset
+from minwiola.train import TrainConfig, token_bytes
 
 # name: (preset, objective)
 ARMS = {"decoder": ("llama-style", "next-token"), "diffusion": ("diffusion-llama-style", "diffusion")}

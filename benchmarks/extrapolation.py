@@ -34,13 +34,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import (ROOT, commit, hardware, positive_float, positive_int, save_or_return, seed_int,  # noqa: E402
-                    train_or_reuse, user_errors)
-from train_runs import best_eval  # noqa: E402
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minwiola import data  # noqa: E402
-from minwiola.model import LanguageModel  # noqa: E402
-from minwiola.train import TrainConfig  # noqa: E402
+from benchmarks.common import (ROOT, best_eval, commit, hardware, positive_float, positive_int, save_or_return,
+                               seed_int, train_or_reuse, user_errors)
+
+from minwiola import data
+from minwiola.model import LanguageModel
+from minwiola.train import TrainConfig
 
 BASE = "llama-style"
 ENCODINGS = {

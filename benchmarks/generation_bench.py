@@ -11,13 +11,17 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-from common import ROOT, hardware, known_preset, positive_int, user_errors  # noqa: E402 (benchmarks/common.py)
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minwiola.generate import generate_ids  # noqa: E402
-from minwiola.model import LanguageModel, preset  # noqa: E402
+from benchmarks.common import ROOT, hardware, known_preset, positive_int, user_errors
+
+from minwiola.generate import generate_ids
+from minwiola.model import LanguageModel, preset
 
 YOCTO_CLAIM = {"tokens_per_s": "700+", "hardware": "Apple M-series CPU (Yocto README); 200-400 on a standard laptop CPU"}
 

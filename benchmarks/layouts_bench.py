@@ -1,4 +1,4 @@
-"""The three layouts (issue 20): their costs at the llama-style width, and the smallest encoder-decoder trained on
+"""The three layouts (lesson 15): their costs at the llama-style width, and the smallest encoder-decoder trained on
 T5's span corruption of TinyStories, against a decoder-only model of equal parameters on the same task.
 
     MINWIOLA_DATA=/work/shared/data/tinystories OMP_NUM_THREADS=1 python benchmarks/layouts_bench.py
@@ -61,18 +61,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common import ROOT, commit, compare, hardware, save_or_return  # noqa: E402 (benchmarks/common.py)
-from common import (check_configs, model_shape, natural_int, positive_float, positive_int, seed_int,  # noqa: E402
-                    user_errors)
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minwiola import data  # noqa: E402
-from minwiola.budget import count_params, encdec_breakdown, encdec_params, layout_costs  # noqa: E402
-from minwiola.encdec import (EncoderDecoder, greedy, shift_right, span_corruption, span_lengths,  # noqa: E402
+from benchmarks.common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, positive_float,
+                               positive_int, save_or_return, seed_int, user_errors)
+
+from minwiola import data
+from minwiola.budget import count_params, encdec_breakdown, encdec_params, layout_costs
+from minwiola.encdec import (EncoderDecoder, greedy, shift_right, span_corruption, span_lengths,
                              spans_restored)
-from minwiola.generate import generate_ids  # noqa: E402
-from minwiola.model import LanguageModel, next_token_loss, preset  # noqa: E402
-from minwiola.tokenizer import default_tokenizer  # noqa: E402
-from minwiola.train import learning_rate, parameter_groups  # noqa: E402
+from minwiola.generate import generate_ids
+from minwiola.model import LanguageModel, next_token_loss, preset
+from minwiola.tokenizer import default_tokenizer
+from minwiola.train import learning_rate, parameter_groups
 
 SENTINELS = 8
 ARMS = ("encdec", "decoder")

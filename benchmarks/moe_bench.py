@@ -1,4 +1,4 @@
-"""Mixture of experts against dense feed-forward layers (issue 19): at equal active parameters, equal total
+"""Mixture of experts against dense feed-forward layers (lesson 14): at equal active parameters, equal total
 parameters, and against DSFF (two dense streams under a per-dimension soft gate, every parameter active).
 
     MINWIOLA_DATA=../shared/data/tinystories OMP_NUM_THREADS=1 python benchmarks/moe_bench.py
@@ -47,15 +47,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common import ROOT, commit, compare, hardware, save_or_return, train_or_reuse  # noqa: E402 (benchmarks/common.py)
-from common import check_configs, model_shape, positive_float, positive_int, seed_int, user_errors  # noqa: E402
-from train_runs import best_eval  # noqa: E402
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minwiola import data  # noqa: E402
-from minwiola.budget import active_params, count_params  # noqa: E402
-from minwiola.generate import load_model  # noqa: E402
-from minwiola.model import preset  # noqa: E402
-from minwiola.train import TrainConfig, read_metrics  # noqa: E402
+from benchmarks.common import (ROOT, best_eval, check_configs, commit, compare, hardware, model_shape, positive_float,
+                               positive_int, save_or_return, seed_int, train_or_reuse, user_errors)
+
+from minwiola import data
+from minwiola.budget import active_params, count_params
+from minwiola.generate import load_model
+from minwiola.model import preset
+from minwiola.train import TrainConfig, read_metrics
 
 ARMS = {
     "dense": ("llama-style", {}),

@@ -31,11 +31,14 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT, commit, hardware, natural_int, positive_int, user_errors  # noqa: E402 (benchmarks/common.py)
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minwiola import data  # noqa: E402
-from minwiola.budget import training_flops  # noqa: E402
-from minwiola.train import TrainConfig, Trainer, command_line, evaluate, pick_device, read_metrics  # noqa: E402
+from benchmarks.common import ROOT, commit, hardware, natural_int, positive_int, user_errors
+
+from minwiola import data
+from minwiola.budget import training_flops
+from minwiola.train import TrainConfig, Trainer, command_line, evaluate, pick_device, read_metrics
 
 RESULT = ROOT / "results" / "recipes.json"
 STORY_SETTINGS = ("--preset", "llama-style", "--batch-size", "32", "--block-size", "256", "--lr", "3e-3",

@@ -1,4 +1,4 @@
-"""The data pipeline at TinyStories' real size and beyond (issue 30): every step from the downloaded files to training
+"""The data pipeline at TinyStories' real size and beyond: every step from the downloaded files to training
 windows, each in its own fresh process, at several corpus sizes, to show its memory is bounded and flat.
 
     MINWIOLA_DATA=../shared/data/tinystories python benchmarks/scale_bench.py --sizes 0.0625 0.25 1 4
@@ -67,10 +67,13 @@ import threading
 import time
 from pathlib import Path
 
-from common import (ROOT, commit, hardware, positive_float, positive_int, proportion, save_or_return,  # noqa: E402
-                    seed_int, user_errors, write_result)
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-BENCH = Path(__file__).resolve().parent
+from benchmarks.common import (ROOT, commit, hardware, positive_float, positive_int, proportion, save_or_return,
+                               seed_int, user_errors, write_result)
+
+PACKAGE_PARENT = Path(__file__).resolve().parents[1]   # where a step's fresh process imports `benchmarks` from
 OFFICIAL = {"train": ("TinyStories-train.txt", 1_924_281_556), "valid": ("TinyStories-valid.txt", 19_447_282)}
 SEP = "\n<|endoftext|>\n"
 MARKER = ".scale_bench"                     # in the work folder: the folder is ours to delete
@@ -417,7 +420,7 @@ RESULT_TAG = "SCALE_BENCH_RESULT "
 
 
 def child_command(name: str, **kwargs) -> list[str]:
-    code = (f"import sys; sys.path.insert(0, {str(BENCH)!r}); import scale_bench; "
+    code = (f"import sys; sys.path.insert(0, {str(PACKAGE_PARENT)!r}); from benchmarks import scale_bench; "
             f"scale_bench.child({name!r}, {json.dumps(kwargs)!r})")
     return [sys.executable, "-c", code]
 

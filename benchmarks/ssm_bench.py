@@ -1,4 +1,4 @@
-"""State-space models against attention (issue 18, lesson 13): what each costs, how well each learns, what each recalls.
+"""State-space models against attention (lesson 13): what each costs, how well each learns, what each recalls.
 
     export MINWIOLA_DATA=../shared/data/tinystories OMP_NUM_THREADS=1
     python benchmarks/ssm_bench.py --parts costs                          # a few minutes
@@ -65,18 +65,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import (ROOT, commit, compare, hardware, save_or_return, step_times, train_or_reuse,  # noqa: E402
-                    write_result)  # (benchmarks/common.py)
-from common import check_configs, model_shape, positive_float, positive_int, seed_int, user_errors  # noqa: E402
-from tokenizer_bench import best_of  # noqa: E402
-from train_runs import best_eval  # noqa: E402
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minwiola import data  # noqa: E402
-from minwiola.budget import count_params, kv_cache_bytes, state_bytes  # noqa: E402
-from minwiola.model import LanguageModel, make_mixer, preset  # noqa: E402
-from minwiola.ssm import SSM, SSMState, kernel  # noqa: E402
-from minwiola.tokenizer import default_tokenizer  # noqa: E402
-from minwiola.train import TrainConfig  # noqa: E402
+from benchmarks.common import (ROOT, best_eval, best_of, check_configs, commit, compare, hardware, model_shape,
+                               positive_float, positive_int, save_or_return, seed_int, step_times, train_or_reuse,
+                               user_errors, write_result)
+
+from minwiola import data
+from minwiola.budget import count_params, kv_cache_bytes, state_bytes
+from minwiola.model import LanguageModel, make_mixer, preset
+from minwiola.ssm import SSM, SSMState, kernel
+from minwiola.tokenizer import default_tokenizer
+from minwiola.train import TrainConfig
 
 # name: the preset, its overrides, and where its rate comes from ("sweep" or another arm's best rate)
 ARMS = {

@@ -22,11 +22,14 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT, commit, hardware, positive_int, user_errors  # noqa: E402 (benchmarks/common.py)
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minwiola import data  # noqa: E402
-from minwiola.budget import count_params  # noqa: E402
-from minwiola.generate import STORY_MODEL, generate, load_model, sample_stories, story_statistics  # noqa: E402
+from benchmarks.common import ROOT, commit, hardware, positive_int, user_errors
+
+from minwiola import data
+from minwiola.budget import count_params
+from minwiola.generate import STORY_MODEL, generate, load_model, sample_stories, story_statistics
 
 PROMPTS = ["Once upon a time", "One day, a little girl named", "Tom and his dog", "The sun was shining and",
            "Lily wanted to", "There was a big tree", "Mom said", "The cat saw a", "Ben was sad because",

@@ -21,10 +21,13 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT, commit, hardware, known_preset, positive_float, positive_int, user_errors  # noqa: E402
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minwiola.budget import training_flops  # noqa: E402
-from minwiola.model import LanguageModel, next_token_loss, preset  # noqa: E402
+from benchmarks.common import ROOT, commit, hardware, known_preset, positive_float, positive_int, user_errors
+
+from minwiola.budget import training_flops
+from minwiola.model import LanguageModel, next_token_loss, preset
 
 
 def throughput(name: str, batch: int, T: int, steps: int, device: str, bf16: bool = False, compile: bool = False,

@@ -1,4 +1,4 @@
-"""The CPU comparison of issue 7: several presets, the same training-time budget, several seeds.
+"""The presets compared on a CPU: several presets, the same training-time budget, several seeds.
 
     MINWIOLA_DATA=../shared/data/tinystories python benchmarks/train_runs.py --minutes 10 --seeds 0 1 2
 
@@ -21,33 +21,18 @@ from pathlib import Path
 
 import torch
 
-from common import (ROOT, commit, hardware, known_preset, non_negative_float, positive_float,  # noqa: E402
-                    positive_int, proportion, seed_int, user_errors)
+if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from minwiola import data, runs  # noqa: E402
-from minwiola.budget import count_params  # noqa: E402
-from minwiola.generate import generate, load_model  # noqa: E402
-from minwiola.train import TrainConfig, Trainer, read_metrics  # noqa: E402
+from benchmarks.common import (ROOT, best_eval, commit, hardware, known_preset, non_negative_float, positive_float,
+                               positive_int, proportion, seed_int, user_errors)
+
+from minwiola import data, runs
+from minwiola.budget import count_params
+from minwiola.generate import generate, load_model
+from minwiola.train import TrainConfig, Trainer
 
 PRESETS = ["wiola-yocto", "llama-style", "gpt2-style", "yocto"]
-
-
-def best_eval(out: Path, points: int = 60) -> dict:
-    """The best held-out evaluation of a finished run, what it cost, and its curves (training loss as a running
-    mean over `points` equal stretches, so the file stays small)."""
-    records = read_metrics(out)
-    evals = [r for r in records if "valid_nats_per_token" in r]
-    train = [r for r in records if "train_loss" in r]
-    best = min(evals, key=lambda r: r["valid_nats_per_token"])
-    last = records[-1]
-    k = max(1, len(train) // points)
-    stretches = [train[i:i + k] for i in range(0, len(train) - k + 1, k)]
-    return {"nats_per_token": best["valid_nats_per_token"], "perplexity": best["valid_perplexity"],
-            "bits_per_byte": best["valid_bits_per_byte"], "best_step": best["step"], "steps": last["step"],
-            "tokens": last["tokens"], "train_seconds": last["elapsed_s"],
-            "tokens_per_s": last["tokens"] / last["elapsed_s"],
-            "valid_curve": [[r["tokens"], r["valid_nats_per_token"]] for r in evals],
-            "train_curve": [[c[-1]["tokens"], statistics.mean(r["train_loss"] for r in c)] for c in stretches]}
 
 
 def story(out: Path) -> str:

@@ -31,6 +31,8 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from benchmarks.common import hardware
+
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = ROOT / "lessons"
 GUIDE = ROOT / "docs" / "instructors.md"
@@ -124,8 +126,6 @@ def stems() -> list[str]:
 # ---------------------------------------------------------------------------------------------- measuring
 def measure() -> None:
     """Run every lesson under nbval in quick mode at one thread (as CI does) and keep each cell's time."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from common import hardware
     env = {**os.environ, "MINWIOLA_QUICK": "1", "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "cells.xml"

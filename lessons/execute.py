@@ -16,6 +16,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from benchmarks.common import hardware
+
 KEEP_CELL_METADATA = {"tags"}
 
 
@@ -34,8 +36,6 @@ TIMES = Path(__file__).resolve().parents[1] / "results" / "lesson_times.json"
 
 def record_time(path: Path, seconds: float, load: float) -> None:
     """Keep the latest wall time of each lesson's execution, and how it was run, in results/lesson_times.json."""
-    sys.path.insert(0, str(TIMES.parents[1] / "benchmarks"))
-    from common import hardware
     times = json.loads(TIMES.read_text()) if TIMES.exists() else {}
     times[path.name[:2]] = {"lesson": path.name, "seconds": round(seconds, 1),
                             "quick": os.environ.get("MINWIOLA_QUICK", "0") not in ("", "0"),

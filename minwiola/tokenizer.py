@@ -368,7 +368,7 @@ def default_tokenizer() -> Tokenizer:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Command line: train a tokenizer and show what it learned (the course's main job, for now)
+# Measuring a tokenizer: how much it compresses a text, and where it cuts it
 # ----------------------------------------------------------------------------------------------------
 
 def bytes_per_token(tokenizer: Tokenizer, texts: list[str]) -> float:

@@ -1,17 +1,13 @@
 """benchmarks/ablation.py's design (issue 15): every part in both directions, DSFF at equal parameters, the rule."""
 import pytest
-from load_benchmark import benchmark
 
+from benchmarks import ablation
 from minwiola.budget import count_params
 from minwiola.model import preset
 
 
-def ablation():
-    return benchmark("ablation")
-
-
 def test_every_part_is_added_alone_and_removed_from_the_full_wiola():
-    a = ablation()
+    a = ablation
     arms = a.arms()
     assert arms["llama-style"] == ("", []) and arms["wiola"] == ("", a.FIVE)
     for part in a.PARTS:
@@ -22,7 +18,7 @@ def test_every_part_is_added_alone_and_removed_from_the_full_wiola():
 
 
 def test_dsff_arm_has_exactly_llama_styles_parameters_and_srpe_atm_add_none():
-    a = ablation()
+    a = ablation
     base = count_params(preset("llama-style"))
     for part in ("dsff", "srpe", "srpe a_s=0", "atm"):
         assert count_params(preset("llama-style", **a.overrides([part], 0.5))) == base, part
@@ -41,13 +37,13 @@ def test_dsff_arm_has_exactly_llama_styles_parameters_and_srpe_atm_add_none():
     ([3.00, 3.01], [3.00, 3.03, 3.06], "within noise"),            # the larger spread counts
 ])
 def test_the_stated_rule(arm, ref, word):
-    v = ablation().verdict(arm, ref)
+    v = ablation.verdict(arm, ref)
     assert v["loss"] == word
     assert v["twice_larger_spread"] == pytest.approx(2 * max(max(arm) - min(arm), max(ref) - min(ref)))
 
 
 def test_a_removed_part_that_raises_the_loss_is_said_to_help():
-    a = ablation()
+    a = ablation
     seeds = lambda xs: {str(i): {"final_nats_per_token": x, "final_bits_per_byte": x} for i, x in enumerate(xs)}
     result = {"arms": {"llama-style": {"compared_with": "", "seeds": seeds([3.0, 3.01, 3.0])},
                        "+gcla": {"compared_with": "llama-style", "seeds": seeds([2.9, 2.9, 2.91])},
@@ -62,7 +58,7 @@ def test_a_removed_part_that_raises_the_loss_is_said_to_help():
 def test_the_fresh_summary_sets_apart_only_the_runs_that_chose_a_rate():
     """Stage 1 chose llama-style's and wiola's rates on their first seed: `fresh` counts their other seeds only,
     every other arm keeps all its seeds, and the verdict is the rule's on those seeds."""
-    a = ablation()
+    a = ablation
     seeds = lambda xs: {str(i): {"final_nats_per_token": x, "final_bits_per_byte": x / 2} for i, x in enumerate(xs)}
     result = {"seeds": [0, 1, 2], "lr_sweep": {"llama-style": {}, "wiola": {}},
               "arms": {"llama-style": {"compared_with": "", "seeds": seeds([2.80, 3.00, 3.01])},   # seed 0: lucky

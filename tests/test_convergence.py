@@ -6,18 +6,14 @@ import math
 from pathlib import Path
 
 import pytest
-from load_benchmark import benchmark
 
+from benchmarks import convergence
 from minwiola.budget import count_params
 from minwiola.model import preset
 
 
-def convergence():
-    return benchmark("convergence")
-
-
 def test_the_arms_hold_equal_parameters():
-    b = convergence()
+    b = convergence
     args = argparse.Namespace(dropout=0.1, shape=None)
     counts = {name: b.params(name, args) for name in b.ARMS}
     assert counts == {"llama-style+width": 512_576, "wiola": 513_156, "llama-style+gcla": 512_580,
@@ -35,7 +31,7 @@ def test_the_arms_hold_equal_parameters():
 
 
 def test_the_rate_rule(tmp_path, monkeypatch):
-    b = convergence()
+    b = convergence
     sweep = lambda values: {f"{r:g}": {"bits_per_byte": v} for r, v in values.items()}
     assert b.best_rate(sweep({1e-3: 1.2, 3e-3: 1.1, 1e-2: 1.15})) == 3e-3
     assert b.best_rate(sweep({1e-3: 1.1, 3e-3: 1.1})) == 1e-3                         # a tie: the lower rate
@@ -49,7 +45,7 @@ def test_the_rate_rule(tmp_path, monkeypatch):
 
 
 def test_flatness_measures_the_fall_at_the_end():
-    b = convergence()
+    b = convergence
     evals = [{"step": s, "valid_nats_per_token": v} for s, v in [(200, 4.0), (1400, 3.0), (1600, 2.9),
                                                                  (2600, 2.82), (2800, 2.81), (3000, 2.805)]]
     f = b.flatness(evals, 3000)
@@ -60,7 +56,7 @@ def test_flatness_measures_the_fall_at_the_end():
 def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_best(tmp_path, monkeypatch):
     """The experiment's order and rate rule, with each run replaced by a stand-in whose loss is lowest at 3e-2 for
     the Wiolas and at 3e-3 otherwise, 0.1 lower for wiola (no training)."""
-    b = convergence()
+    b = convergence
     calls = []
 
     def fake_run(name, lr, seed, steps, tau, args, look_inside):
@@ -103,7 +99,7 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
 
 
 def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
-    b = convergence()
+    b = convergence
     runs, result = tmp_path / "runs", tmp_path / "c.json"
     common = ["--shape", '{"d": 16, "n_layers": 3, "n_heads": 2}', "--steps", "4", "--batch-size", "2",
               "--block-size", "32", "--eval-every", "2", "--eval-max-windows", "2", "--rates", "1e-3", "1e-2",

@@ -6,18 +6,15 @@ import math
 
 import pytest
 import torch
-from load_benchmark import benchmark
 
+from benchmarks.common import train_or_reuse
+from benchmarks import diffusion_bench as bench
 from minwiola.model import LanguageModel, preset
 from minwiola.tokenizer import default_tokenizer
 
 
-def bench():
-    return benchmark("diffusion_bench")
-
-
 def test_the_arms_are_equal_up_to_the_mask_row():
-    b = bench()
+    b = bench
     c = b.counts(128)
     assert c == {"decoder": 463_424, "diffusion": 463_488}
     assert c["diffusion"] - c["decoder"] == 64                      # one embedding row of d = 64: [MASK]
@@ -36,7 +33,7 @@ def test_the_arms_are_equal_up_to_the_mask_row():
 
 
 def test_quality_proxies_by_hand():
-    b = bench()
+    b = bench
     assert b.distinct_words("the cat saw the dog") == pytest.approx(4 / 5)
     assert b.distinct_words("...") == 0.0
     assert b.blank_span(100, 16) == (42, 58) and b.blank_span(33, 4) == (14, 18)
@@ -58,7 +55,7 @@ def _arm(bpbs, stderr=None):
 
 
 def test_the_rule_and_partial():
-    b = bench()
+    b = bench
     result = {"rates": [0.01], "seeds": [0, 1, 2],
               "arms": {"decoder": _arm([1.30, 1.35, 1.40]), "diffusion": _arm([1.60, 1.62, 1.61], stderr=0.002)}}
     b.summarise(result)
@@ -80,22 +77,21 @@ def test_the_rule_and_partial():
 
 
 def test_train_or_reuse_counts_a_field_added_since_as_its_default(tmp_path):
-    common = benchmark("common")
     from minwiola.train import TrainConfig
     cfg = TrainConfig(preset="tiny-llama", steps=2)
     held = dataclasses.asdict(cfg)
     del held["objective"]                                          # a run made before the field existed
     (tmp_path / "config.json").write_text(json.dumps({"train": held}))
     (tmp_path / "loss.png").write_bytes(b"")
-    assert common.train_or_reuse(cfg, tmp_path) == tmp_path        # reused, nothing trained
+    assert train_or_reuse(cfg, tmp_path) == tmp_path        # reused, nothing trained
     with pytest.raises(SystemExit):                                 # not its default: another experiment
-        common.train_or_reuse(dataclasses.replace(cfg, objective="diffusion", preset="tiny-diffusion"), tmp_path)
+        train_or_reuse(dataclasses.replace(cfg, objective="diffusion", preset="tiny-diffusion"), tmp_path)
     with pytest.raises(SystemExit):
-        common.train_or_reuse(dataclasses.replace(cfg, steps=3), tmp_path)
+        train_or_reuse(dataclasses.replace(cfg, steps=3), tmp_path)
 
 
 def test_a_tiny_run_end_to_end(tmp_path):
-    b = bench()
+    b = bench
     result = tmp_path / "diffusion.json"
     common = ["--shape", '{"d": 16, "n_layers": 1, "n_heads": 2}', "--steps", "3", "--eval-every", "3",
               "--eval-max-windows", "4", "--trainer-bound-windows", "4", "--block-size", "32", "--draws", "2", "--rates", "0.01", "0.003",
@@ -134,7 +130,7 @@ def test_a_tiny_run_end_to_end(tmp_path):
 
 
 def test_the_fresh_comparison_leaves_out_the_seed_that_chose_the_rate():
-    b = bench()
+    b = bench
     result = {"rates": [0.01], "seeds": [0, 1, 2],
               "arms": {"decoder": _arm([1.20, 1.40, 1.41]), "diffusion": _arm([1.50, 1.52, 1.51], stderr=0.002)}}
     b.summarise(result)

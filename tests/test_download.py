@@ -1,7 +1,7 @@
 """The TinyStories downloader, end to end against real HTTP servers on 127.0.0.1 that behave well or badly.
 
 Every server runs in a thread of this process, answers only 127.0.0.1, and stops by itself: a slow or stalling
-reply is bounded to a few seconds. The pinned size and sha256 of the official files (`data.OFFICIAL_PINS`) are
+reply is bounded to a few seconds. The pinned size and sha256 of the official files (`download.OFFICIAL_PINS`) are
 replaced, for each test, by those of the file the server sends.
 """
 import errno
@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from minwiola import corpus, data
+from minwiola import download as downloader
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinystories"
 VALID = "TinyStories-valid.txt"
@@ -124,8 +125,9 @@ def server(tmp_path, monkeypatch):
     else:
         content = "".join(s + "\n<|endoftext|>\n" for s in corpus.builtin_stories("valid")).encode()
     (www / VALID).write_bytes(content)
-    monkeypatch.setattr(data, "OFFICIAL_PINS", {VALID: data.Pin(len(content), hashlib.sha256(content).hexdigest()),
-                                                "TinyStories-train.txt": data.Pin(None, None)})
+    monkeypatch.setattr(downloader, "OFFICIAL_PINS",
+                        {VALID: data.Pin(len(content), hashlib.sha256(content).hexdigest()),
+                         "TinyStories-train.txt": data.Pin(None, None)})
     RangeHandler.log = []
     for name, value in MISBEHAVIOURS.items():
         setattr(RangeHandler, name, value)
@@ -182,11 +184,11 @@ def test_download_resumes_with_a_range_request(server, tmp_path):
 
 def test_progress_is_saved_to_disk_every_few_mib(server, tmp_path, monkeypatch):
     url, content = server
-    assert data.SYNC_EVERY + data.BLOCK <= 8 << 20                     # a kill loses at most a few MiB
-    monkeypatch.setattr(data, "SYNC_EVERY", 100_000)                  # the sample is < 1 MiB: scale both down
-    monkeypatch.setattr(data, "BLOCK", 16_384)
+    assert downloader.SYNC_EVERY + downloader.BLOCK <= 8 << 20                     # a kill loses at most a few MiB
+    monkeypatch.setattr(downloader, "SYNC_EVERY", 100_000)                  # the sample is < 1 MiB: scale both down
+    monkeypatch.setattr(downloader, "BLOCK", 16_384)
     saved = []                                                         # the file's size at each fsync
-    monkeypatch.setattr(data.os, "fsync", lambda fd: saved.append(os.fstat(fd).st_size))
+    monkeypatch.setattr(downloader.os, "fsync", lambda fd: saved.append(os.fstat(fd).st_size))
     data.download("valid", tmp_path / "dl", base_url=url, progress=False)
     gaps = [b - a for a, b in zip([0] + saved, saved)]
     assert saved[-1] == len(content) and max(gaps) <= 100_000 + 16_384, saved
@@ -216,7 +218,7 @@ def test_download_cli(server, tmp_path, capsys):
 @pytest.mark.parametrize("content_type", ["text/html; charset=utf-8", "text/plain"])
 def test_a_web_page_is_refused(server, tmp_path, monkeypatch, content_type):
     url, _ = server
-    monkeypatch.setitem(data.OFFICIAL_PINS, VALID, data.Pin(None, None))  # caught even with nothing pinned
+    monkeypatch.setitem(downloader.OFFICIAL_PINS, VALID, data.Pin(None, None))  # caught even with nothing pinned
     RangeHandler.body = b"<!DOCTYPE html>\n<html><body>Please log in</body></html>\n"
     RangeHandler.content_type = content_type                           # refused by its type, or by its first bytes
     dest = tmp_path / "dl"
@@ -251,15 +253,15 @@ def test_a_file_that_is_not_the_pinned_one_is_refused(server, tmp_path, monkeypa
     url, content = server
     dest = tmp_path / "dl"
     sha = hashlib.sha256(content).hexdigest()
-    monkeypatch.setitem(data.OFFICIAL_PINS, VALID, data.Pin(len(content) + 1, sha))    # another size
+    monkeypatch.setitem(downloader.OFFICIAL_PINS, VALID, data.Pin(len(content) + 1, sha))    # another size
     with pytest.raises(data.DataFileError, match="official one has"):
         data.download("valid", dest, base_url=url, progress=False)
-    monkeypatch.setitem(data.OFFICIAL_PINS, VALID, data.Pin(len(content), "1" * 64))    # another checksum
+    monkeypatch.setitem(downloader.OFFICIAL_PINS, VALID, data.Pin(len(content), "1" * 64))    # another checksum
     with pytest.raises(data.DataFileError, match="expected 1111111111111111"):
         data.download("valid", dest, base_url=url, progress=False)
     assert not any(dest.iterdir())
     (dest / VALID).write_bytes(content[:-1] + b"!")                    # a bad file from an older downloader
-    monkeypatch.setitem(data.OFFICIAL_PINS, VALID, data.Pin(len(content), sha))
+    monkeypatch.setitem(downloader.OFFICIAL_PINS, VALID, data.Pin(len(content), sha))
     with pytest.raises(data.DataFileError, match="already present but is not the expected file"):
         data.download("valid", dest, base_url=url, progress=False)
 
@@ -279,7 +281,7 @@ def test_a_206_for_other_bytes_is_refused(server, tmp_path):
 
 def test_disk_too_small_is_refused_before_downloading(server, tmp_path, monkeypatch):
     url, _ = server
-    monkeypatch.setattr(data.shutil, "disk_usage", lambda path: SimpleNamespace(total=10**12, used=10**12, free=1000))
+    monkeypatch.setattr(downloader.shutil, "disk_usage", lambda path: SimpleNamespace(total=10**12, used=10**12, free=1000))
     with pytest.raises(data.DataFileError, match="GB free; free some space or choose another --dest"):
         data.download("valid", tmp_path / "dl", base_url=url, progress=False)
     assert RangeHandler.log == []
@@ -305,7 +307,7 @@ def test_resume_from_a_server_without_range_support_starts_over(server, tmp_path
 def test_a_part_longer_than_the_file_is_discarded(server, tmp_path, monkeypatch, capsys, pinned):
     url, content = server
     if not pinned:                                   # then only the server's 416 tells that the .part is too long
-        monkeypatch.setitem(data.OFFICIAL_PINS, VALID, data.Pin(None, None))
+        monkeypatch.setitem(downloader.OFFICIAL_PINS, VALID, data.Pin(None, None))
     dest = tmp_path / "dl"
     dest.mkdir()
     stale = content + b"Once upon a time, a stale story.\n"
@@ -396,7 +398,7 @@ def test_full_disk_is_one_error_line(server, tmp_path, monkeypatch, capsys):
         f = open(path, mode, *args, **kwargs)
         return FullDisk(f) if mode in ("wb", "ab") else f
 
-    monkeypatch.setattr(data, "open", full_disk_open, raising=False)  # the module's open(), not the builtin
+    monkeypatch.setattr(downloader, "open", full_disk_open, raising=False)  # the module's open(), not the builtin
     assert cli(url, tmp_path / "dl") == 1
     assert "the disk is full: free some space" in error_line(capsys)
 
@@ -414,3 +416,13 @@ def test_malformed_sha256_is_refused_before_downloading(server, tmp_path, capsys
 def test_base_url_that_is_not_http_is_one_error_line(tmp_path, capsys, base_url):
     assert cli(base_url, tmp_path / "dl") == 1
     assert "(from --base-url or MINWIOLA_DATA_URL) is not an http(s) address" in error_line(capsys)
+
+
+def test_the_downloader_fills_the_folder_data_reads_and_never_imports_data():
+    """Imports run one way (data reads what the downloader fetched), and both name the same repository folder."""
+    import ast
+    assert downloader.DEST == data.REPO_DATA / "tinystories"
+    assert data.download is downloader.download and data.DataFileError is downloader.DataFileError
+    tree = ast.parse(Path(downloader.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not {"data", "minwiola.data"} & imported

@@ -2,18 +2,14 @@
 trained one on trained lengths, the loss per position, the stated rule."""
 import pytest
 import torch
-from load_benchmark import benchmark
 
+from benchmarks import extrapolation
 from minwiola.budget import count_params
 from minwiola.model import LanguageModel, preset
 
 
-def extrapolation():
-    return benchmark("extrapolation")
-
-
 def test_the_arms_differ_only_in_their_positions_and_hold_equal_parameters_but_the_learned_table():
-    x = extrapolation()
+    x = extrapolation
     base = count_params(preset("llama-style", context=128))
     for name, overrides in x.ENCODINGS.items():
         assert set(overrides) <= {"positions", "rope_theta", "srpe_a", "srpe_radius"}, name
@@ -23,7 +19,7 @@ def test_the_arms_differ_only_in_their_positions_and_hold_equal_parameters_but_t
 
 @pytest.mark.parametrize("name", ["learned", "sinusoidal", "rope", "srpe offset", "none"])
 def test_the_stretched_model_is_the_trained_one_on_trained_lengths(name, tmp_path):
-    x = extrapolation()
+    x = extrapolation
     torch.manual_seed(1)
     short = LanguageModel(preset("tiny-llama", context=16, **x.ENCODINGS[name])).eval()
     short.save_pretrained(tmp_path)
@@ -39,7 +35,7 @@ def test_the_stretched_model_is_the_trained_one_on_trained_lengths(name, tmp_pat
 
 
 def test_loss_by_position_averages_to_the_models_loss():
-    x = extrapolation()
+    x = extrapolation
     torch.manual_seed(0)
     model = LanguageModel(preset("tiny-llama")).eval()
     batch = torch.randint(0, model.config.vocab_size, (5, 21))
@@ -50,7 +46,7 @@ def test_loss_by_position_averages_to_the_models_loss():
 
 
 def test_the_gap_and_the_stated_rule():
-    x = extrapolation()
+    x = extrapolation
     L = 8
     curve = [5.0] * L + [4.0] * L + [4.5] * (6 * L)        # positions [L/2, L): 5.0; [2L, 8L): 4.5
     assert x.gap(curve, L) == pytest.approx(-0.5)

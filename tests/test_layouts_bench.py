@@ -5,8 +5,8 @@ import json
 
 import pytest
 import torch
-from load_benchmark import benchmark
 
+from benchmarks import layouts_bench
 from minwiola.budget import count_params, encdec_params
 from minwiola.encdec import restore
 from minwiola.model import LanguageModel, preset
@@ -16,12 +16,8 @@ TINY = ["--shape", '{"d": 16, "n_layers": 1, "n_heads": 2}', "--window", "32", "
         "--eval-windows", "4", "--decode-windows", "3"]
 
 
-def layouts_bench():
-    return benchmark("layouts_bench")
-
-
 def test_the_arms_hold_equal_parameters_and_the_costs_are_the_llama_widths():
-    b = layouts_bench()
+    b = layouts_bench
     c = b.configs(4096, 128)
     assert encdec_params(c["encdec"]) == 731_008
     assert abs(count_params(c["decoder"]) - 731_008) / 731_008 < 0.001          # 731,200: within 0.1%
@@ -33,7 +29,7 @@ def test_the_arms_hold_equal_parameters_and_the_costs_are_the_llama_widths():
 
 
 def test_the_decoder_only_loss_counts_the_target_positions_only():
-    b = layouts_bench()
+    b = layouts_bench
     torch.manual_seed(0)
     model = LanguageModel(preset("tiny-llama", vocab_size=72, context=16)).double()
     src, tgt = torch.randint(0, 64, (2, 6)), torch.randint(0, 64, (2, 4))
@@ -44,7 +40,7 @@ def test_the_decoder_only_loss_counts_the_target_positions_only():
 
 @pytest.mark.parametrize("name", ["encdec", "decoder"])
 def test_greedy_decoding_is_an_argmax_loop(name):
-    b = layouts_bench()
+    b = layouts_bench
     torch.manual_seed(0)
     cfg = preset("tiny-llama", init_std=0.3, context=16)
     model = b.build(name, cfg).double().eval()
@@ -58,7 +54,7 @@ def test_greedy_decoding_is_an_argmax_loop(name):
 
 
 def test_held_out_pairs_are_fixed_and_invertible():
-    b = layouts_bench()
+    b = layouts_bench
     tok = default_tokenizer()
     x, src, tgt = b.held_out(tok, 5, 32, seed=7)
     again = b.held_out(tok, 5, 32, seed=7)
@@ -68,7 +64,7 @@ def test_held_out_pairs_are_fixed_and_invertible():
 
 
 def test_a_tiny_run_end_to_end_resumes_after_a_kill(tmp_path, monkeypatch):
-    b = layouts_bench()
+    b = layouts_bench
     result = tmp_path / "layouts.json"
     common = [*TINY, "--runs", str(tmp_path / "runs"), "--result", str(result)]
     assert b.main([*common, "--seeds", "0"]) == 0
@@ -128,7 +124,7 @@ def test_a_tiny_run_end_to_end_resumes_after_a_kill(tmp_path, monkeypatch):
 def test_the_sort_task_is_stored_beside_the_span_corruption_runs_and_needs_the_source(tmp_path):
     """--task sort trains both arms on the synthetic task and adds only the result's "sort" entry; the target is
     fixed by the source alone, and after a short run each arm reads it: another row's source costs whole nats."""
-    b = layouts_bench()
+    b = layouts_bench
     src, tgt = b.sort_task(5, torch.Generator().manual_seed(0))
     assert torch.equal(tgt, src.sort(1).values) and src.shape == (5, b.SPAN) and int(src.max()) < b.DIGITS
     cfgs = b.sort_configs()

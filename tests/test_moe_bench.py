@@ -4,19 +4,15 @@ import json
 
 import pytest
 import torch
-from load_benchmark import benchmark
 
+from benchmarks import moe_bench
 from minwiola.budget import forward_flops
 from minwiola.model import LanguageModel, preset
 from minwiola.tokenizer import default_tokenizer
 
 
-def moe_bench():
-    return benchmark("moe_bench")
-
-
 def test_the_arms_hold_equal_active_and_total_parameters():
-    b = moe_bench()
+    b = moe_bench
     c = {name: b.counts(name) for name in b.ARMS}
     assert c["dense"] == {"total": 463_424, "active": 463_424}
     assert c["moe"] == c["moe-no-aux"] == {"total": 730_688, "active": 463_424}       # equal ACTIVE with dense
@@ -29,7 +25,7 @@ def test_the_arms_hold_equal_active_and_total_parameters():
 
 
 def test_the_stated_rule():
-    b = moe_bench()
+    b = moe_bench
     assert b.compare([1.40, 1.41, 1.42], [1.50, 1.52, 1.51])["verdict"] == "lower"        # 0.1 > 2 x 0.02
     assert b.compare([1.60, 1.61, 1.62], [1.50, 1.52, 1.51])["verdict"] == "higher"
     assert b.compare([1.45, 1.50, 1.47], [1.50, 1.60, 1.55])["verdict"] == "within noise"  # 0.083 < 2 x 0.1
@@ -39,7 +35,7 @@ def test_the_stated_rule():
 
 
 def test_expert_tokens_counts_each_experts_tokens():
-    b = moe_bench()
+    b = moe_bench
     tok = default_tokenizer()
     ids = torch.tensor(tok.encode(" the cat the dog the cat"))
     top1 = torch.tensor([[0 if i % 2 == 0 else 1 for i in range(len(ids))]])      # even positions to expert 0
@@ -54,7 +50,7 @@ def test_expert_tokens_counts_each_experts_tokens():
 
 
 def test_routing_measures_load_and_top1():
-    b = moe_bench()
+    b = moe_bench
     torch.manual_seed(0)
     model = LanguageModel(preset("tiny-moe", moe_capacity=1.0)).eval()
     batch = torch.randint(0, 64, (4, 32))
@@ -67,7 +63,7 @@ def test_routing_measures_load_and_top1():
 
 
 def test_a_tiny_run_end_to_end(tmp_path):
-    b = moe_bench()
+    b = moe_bench
     result = tmp_path / "moe.json"
     common = ["--shape", '{"d": 16, "n_layers": 1, "n_heads": 2}', "--steps", "3", "--eval-every", "3",
               "--eval-max-windows", "2", "--block-size", "32", "--inside-tokens", "256",
@@ -102,7 +98,7 @@ def test_moe_table_comes_from_results():
     readme = (root / "docs" / "results.md").read_text()
     r = json.loads((root / "results" / "moe_bench.json").read_text())
     assert f"`{r['command']}`" in readme and r["data"].startswith("TinyStories sample")
-    assert moe_bench().report(r) in readme
+    assert moe_bench.report(r) in readme
     for pair, v in r["comparison"].items():
         assert f"{pair}: {v['difference']:+.4f} ({v['verdict']})" in readme, pair
     assert ("partial" in readme.split("**Mixture of experts**")[1][:600]) == r["partial"]

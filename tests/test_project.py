@@ -5,8 +5,14 @@ import tomllib
 from pathlib import Path
 
 import yaml
-from load_benchmark import benchmark
 
+import benchmarks.ablation
+import benchmarks.diffusion_bench
+import benchmarks.layouts_bench
+import benchmarks.recipes
+import benchmarks.scale_bench
+import benchmarks.ssm_bench
+import benchmarks.train_runs
 from minwiola import quick_mode
 from minwiola.lesson import check_environment, requirements
 
@@ -107,12 +113,12 @@ def test_benchmark_numbers_come_from_results():
 
 
 def train_runs():
-    return benchmark("train_runs")
+    return benchmarks.train_runs
 
 
 def test_ablation_table_comes_from_results():
     result = json.loads((ROOT / "results" / "ablation.json").read_text())
-    assert benchmark("ablation").table(result) in RESULTS           # the table `--report` prints, verbatim
+    assert benchmarks.ablation.table(result) in RESULTS           # the table `--report` prints, verbatim
     assert result["command"] in RESULTS and result["data"].startswith("TinyStories sample")
     assert len(result["arms"]) == 14 and all(len(a["seeds"]) >= 3 for a in result["arms"].values())
     cal = result["atm_calibration"]
@@ -258,7 +264,7 @@ def test_ssm_tables_come_from_results():
     r = json.loads((ROOT / "results" / "ssm_bench.json").read_text())
     assert r["data"].startswith("TinyStories sample") and "TinyStories sample" in RESULTS
     assert r["command"] in RESULTS and r["costs"]["command"] in RESULTS          # the commands that wrote them
-    for line in benchmark("ssm_bench").report(r).splitlines():       # every row of the three tables
+    for line in benchmarks.ssm_bench.report(r).splitlines():       # every row of the three tables
         assert line in RESULTS, line
     arms, c = r["arms"], r["comparison"]["ssm-llama-style"]
     long = {name: next(iter(arm["long"].values())) for name, arm in arms.items() if arm.get("long")}
@@ -287,7 +293,7 @@ def test_diffusion_tables_come_from_results():
     assert r["data"].startswith("TinyStories sample") and not r["partial"]
     section = RESULTS.split("**Masked diffusion against a decoder**")[1].split("\n**")[0]
     assert "(partial)" not in section and "python benchmarks/diffusion_bench.py --evaluate-only" in section
-    for line in benchmark("diffusion_bench").report(r).splitlines():       # every row of the three tables
+    for line in benchmarks.diffusion_bench.report(r).splitlines():       # every row of the three tables
         assert line in section, line
     v, arms = r["comparison"]["diffusion vs decoder"], r["arms"]
     text = " ".join(section.split())
@@ -301,7 +307,7 @@ def test_layouts_tables_come_from_results():
     assert r["data"].startswith("TinyStories sample") and not r["partial"]
     section = RESULTS.split("**Three layouts on one task**")[1].split("\n**")[0]
     assert "python benchmarks/layouts_bench.py --report" in section
-    for line in benchmark("layouts_bench").report(r).splitlines():        # every row of both tables
+    for line in benchmarks.layouts_bench.report(r).splitlines():        # every row of both tables
         assert line in section, line
     v = r["comparison"]["encdec vs decoder"]
     text = " ".join(section.split())
@@ -319,7 +325,7 @@ def test_real_size_tables_come_from_results():
     scale = json.loads((ROOT / "results" / "scale_bench.json").read_text())
     assert not scale["partial"] and all(t.get("met") is not False for k, t in scale["targets"].items()
                                         if k not in ("resume", "failed_steps"))
-    for line in benchmark("scale_bench").docs_table(scale).splitlines():
+    for line in benchmarks.scale_bench.docs_table(scale).splitlines():
         assert line in section, line
     fixed = json.loads((ROOT / "results" / "scale_bench_resume.json").read_text())["targets"]["resume"]
     text = " ".join(section.split())
@@ -328,5 +334,5 @@ def test_real_size_tables_come_from_results():
             f"{fixed['fraction_of_cold_cpu']:.2f} of the cold pass's CPU time" in text)
     recipes = json.loads((ROOT / "results" / "recipes.json").read_text())
     section = TRAINING.split("## One GPU, and several")[1].split("\n## ")[0]
-    for line in benchmark("recipes").report(recipes).splitlines():
+    for line in benchmarks.recipes.report(recipes).splitlines():
         assert line in section, line

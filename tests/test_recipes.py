@@ -4,14 +4,14 @@ through the real trainer."""
 import json
 
 import pytest
-from load_benchmark import benchmark
 
+import benchmarks.recipes
 from minwiola.train import TrainConfig
 
 
 @pytest.fixture
 def recipes():
-    return benchmark("recipes")
+    return benchmarks.recipes
 
 
 def test_each_recipe_is_the_command_it_prints(recipes):

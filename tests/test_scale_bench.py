@@ -6,20 +6,16 @@ import json
 import sys
 
 import pytest
-from load_benchmark import benchmark
 
+from benchmarks import scale_bench
 from minwiola import data
 from minwiola.corpus import builtin_stories
 
 SEP = "\n<|endoftext|>\n"                                          # what follows each story in the official files
 
 
-def scale_bench():
-    return benchmark("scale_bench")
-
-
 def test_the_corpus_is_the_official_format_at_the_requested_size(tmp_path, monkeypatch):
-    b = scale_bench()
+    b = scale_bench
     train, valid = builtin_stories("train", 300), builtin_stories("valid", 50)
     factor = 400_000 / b.OFFICIAL["train"][1]                      # ~400 KB of train, ~4 KB of valid
     got = b.build_corpus(tmp_path, factor, train, valid, seed=1)
@@ -50,7 +46,7 @@ def test_the_corpus_is_the_official_format_at_the_requested_size(tmp_path, monke
 
 
 def test_the_corpus_varies_names_consistently_and_is_seeded():
-    b = scale_bench()
+    b = scale_bench
     story = 'Lily had a red ball. Lily said, "Ben, look!" Ben went to the park.'
     t = b.Template(story)
     rng, pool = b.random.Random(0), b.name_pool()
@@ -63,7 +59,7 @@ def test_the_corpus_varies_names_consistently_and_is_seeded():
 
 
 def test_work_folder_refuses_a_non_empty_tmp_and_deletes_only_its_own(tmp_path):
-    b = scale_bench()
+    b = scale_bench
     used = tmp_path / "used"
     used.mkdir()
     (used / "mine.txt").write_text("keep me")
@@ -91,7 +87,7 @@ def test_work_folder_refuses_a_non_empty_tmp_and_deletes_only_its_own(tmp_path):
 
 
 def test_the_sampler_adds_up_the_children(tmp_path):
-    b = scale_bench()
+    b = scale_bench
     grandchild = "import time; x = b'x' * (150 << 20); time.sleep(2.0)"
     code = (f"import subprocess, sys; ps = [subprocess.Popen([sys.executable, '-c', {grandchild!r}]) "
             f"for _ in range(2)]; [p.wait() for p in ps]")
@@ -105,7 +101,7 @@ def test_the_sampler_adds_up_the_children(tmp_path):
 
 
 def test_a_kill_stops_the_step_and_names_what_outlived_it(tmp_path):
-    b = scale_bench()
+    b = scale_bench
     code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
             "time.sleep(30)")
     m = b.measure([sys.executable, "-c", code], {}, tmp_path / "log", kill_after=1.5, interval=0.1)
@@ -116,7 +112,7 @@ def test_a_kill_stops_the_step_and_names_what_outlived_it(tmp_path):
 
 
 def test_a_tiny_run_measures_every_step(tmp_path):
-    b = scale_bench()
+    b = scale_bench
     result = tmp_path / "scale.json"
     assert b.main(["--quick", "--result", str(result), "--tmp", str(tmp_path / "work")]) == 0
     r = json.loads(result.read_text())
@@ -139,7 +135,7 @@ def test_a_tiny_run_measures_every_step(tmp_path):
 
 
 def test_the_stated_rules():
-    b = scale_bench()
+    b = scale_bench
     assert b.flat_enough(1.0, 1.2) and not b.flat_enough(1.0, 1.3)                 # 25 % more at most ...
     assert b.flat_enough(0.05, 0.29) and not b.flat_enough(0.05, 0.31)              # ... or 0.25 GiB more
     listing = {"small_files": {"train-x.npy.progress": "105 112792760 4194304"}}

@@ -5,19 +5,15 @@ import re
 
 import pytest
 import torch
-from load_benchmark import benchmark
 
+from benchmarks import ssm_bench
 from minwiola.budget import count_params
 from minwiola.model import LanguageModel, preset
 from minwiola.tokenizer import default_tokenizer
 
 
-def ssm_bench():
-    return benchmark("ssm_bench")
-
-
 def test_the_arms_hold_equal_parameters():
-    b = ssm_bench()
+    b = ssm_bench
     counts = {name: count_params(preset(*b.arm_config(name, 128)[:1], **b.arm_config(name, 128)[1])) for name in b.ARMS}
     assert counts["llama-style"] == counts["ssm-llama-style"] == 463_424
     assert b.arm_config("ssm-llama-style", 128)[1] == {"dropout": 0.0, "context": 128}    # the preset's own d_ff
@@ -30,7 +26,7 @@ def test_the_arms_hold_equal_parameters():
 
 
 def test_closest_d_ff_finds_the_width_of_equal_parameters():
-    b = ssm_bench()
+    b = ssm_bench
     target = count_params(preset("llama-style"))
     assert b.closest_d_ff("ssm-llama-style", {}, target) == 186
     assert count_params(preset("ssm-llama-style", d_ff=b.closest_d_ff("ssm-llama-style", {}, target + 3 * 64 * 4 * 5)
@@ -42,7 +38,7 @@ STORY = ('Lily went to the park. She saw Tom and a dog. Lily smiled at Tom. "Tom
 
 
 def test_the_probe_selects_names_seen_before_in_mid_sentence():
-    b = ssm_bench()
+    b = ssm_bench
     tok = default_tokenizer()
     ids = tok.encode(STORY)
     picked = [tok.decode(ids[k:k + 2]) for k in b.recall_targets(ids, tok)]
@@ -55,7 +51,7 @@ def test_the_probe_selects_names_seen_before_in_mid_sentence():
 
 
 def test_probe_windows_and_the_probe_are_the_models_loss():
-    b = ssm_bench()
+    b = ssm_bench
     tok = default_tokenizer()
     stories = [STORY, "Sam had a cat. The cat liked Sam. Sam fed it."]
     windows = b.probe_windows(stories, tok, 32)
@@ -78,7 +74,7 @@ def test_probe_windows_and_the_probe_are_the_models_loss():
 
 
 def test_the_stated_rule():
-    b = ssm_bench()
+    b = ssm_bench
     assert b.compare([1.40, 1.41, 1.42], [1.50, 1.52, 1.51])["verdict"] == "lower"        # 0.1 > 2 x 0.02
     assert b.compare([1.60, 1.61, 1.62], [1.50, 1.52, 1.51])["verdict"] == "higher"
     assert b.compare([1.45, 1.50, 1.47], [1.50, 1.60, 1.55])["verdict"] == "within noise"  # 0.083 < 2 x 0.1
@@ -88,7 +84,7 @@ def test_the_stated_rule():
 
 
 def test_a_tiny_run_end_to_end(tmp_path):
-    b = ssm_bench()
+    b = ssm_bench
     result = tmp_path / "ssm.json"
     common = ["--shape", '{"d": 16, "n_layers": 1, "n_heads": 2}', "--steps", "2", "--eval-every", "2",
               "--eval-max-windows", "2", "--block-size", "32", "--rates", "0.01", "0.003", "--seeds", "0", "1",
@@ -138,7 +134,7 @@ def test_a_tiny_run_end_to_end(tmp_path):
 
 
 def test_fresh_seeds_set_apart_only_the_seed_that_chose_the_rate():
-    b = ssm_bench()
+    b = ssm_bench
     runs = {seed: {"bits_per_byte": bpb, "nats_per_token": bpb, "tokens_per_s": 1.0, "train_seconds": 1.0}
             for seed, bpb in (("0", 1.30), ("1", 1.40), ("2", 1.42))}
     swept = {"rate_from": "sweep", "sweep": {"0.01": runs["0"]}, "seeds": runs}
