@@ -94,16 +94,17 @@ def unknown_kind(field: str, value, kinds: tuple) -> ValueError:
 # have needs(c), else ValueError(message), with the config's values filled in (message.format(c=config)). Each
 # component checks only its own arguments; what one feature asks of another is here.
 RULES = [
-    # a state-space mixer has no attention scores, heads or context keys: what acts on them does not apply
-    (lambda c: c.mixer == "ssm", lambda c: c.positions not in ("rope", "srpe", "alibi"),
-     "mixer='ssm' has no attention scores to rotate or bias: positions={c.positions!r} does not apply; use "
+    # a mixer other than attention (a state-space layer) has no attention scores, heads or context keys: what acts
+    # on them does not apply
+    (lambda c: c.mixer != "attention", lambda c: c.positions not in ("rope", "srpe", "alibi"),
+     "mixer={c.mixer!r} has no attention scores to rotate or bias: positions={c.positions!r} does not apply; use "
      "positions='none' (the scan knows the order of the tokens)"),
-    (lambda c: c.mixer == "ssm", lambda c: c.gcla == "off",
-     "mixer='ssm' needs gcla='off' (gcla is a part of attention), got {c.gcla!r}"),
-    (lambda c: c.mixer == "ssm", lambda c: c.atm == "off",
-     "mixer='ssm' needs atm='off' (atm is a part of attention), got {c.atm!r}"),
-    (lambda c: c.mixer == "ssm", lambda c: c.qkv == "separate",
-     "mixer='ssm' needs qkv='separate' (qkv is a part of attention), got {c.qkv!r}"),
+    (lambda c: c.mixer != "attention", lambda c: c.gcla == "off",
+     "mixer={c.mixer!r} needs gcla='off' (gcla is a part of attention), got {c.gcla!r}"),
+    (lambda c: c.mixer != "attention", lambda c: c.atm == "off",
+     "mixer={c.mixer!r} needs atm='off' (atm is a part of attention), got {c.atm!r}"),
+    (lambda c: c.mixer != "attention", lambda c: c.qkv == "separate",
+     "mixer={c.mixer!r} needs qkv='separate' (qkv is a part of attention), got {c.qkv!r}"),
     (lambda c: c.mixer == "ssm" and c.ssm_kind == "s4d", lambda c: c.ssm_state % 2 == 0,
      "ssm_state={c.ssm_state} must be even for ssm_kind='s4d' (N/2 complex modes)"),
     (lambda c: c.gcla != "off", lambda c: c.qkv == "separate",
@@ -241,7 +242,7 @@ class ModelConfig:
                    self.context if self.positions == "srpe" else None)   # "offset": radii bounded over the context
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.mixer != "ssm":
+        if self.mixer == "attention":
             head_shape(self.d, self.n_heads, self.n_kv_heads, self.qkv)     # the heads' divisibility rules
         if not -1.0 <= self.atm_tau <= 1.0:
             raise ValueError(f"atm_tau is a cosine threshold in [-1, 1], got {self.atm_tau}")
