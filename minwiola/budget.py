@@ -21,13 +21,14 @@ would save some of that work; the count is the cost without dropping.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from .atm import KINDS as ATM_KINDS, atm_layers
 from .attention import QKV
 from .ffn import ACTIVATIONS, FFNS
 from .gcla import LAMBDA, SUMMARIES
-from .model import MIXERS, ModelConfig, pre_norm, unknown_kind
+from .model import ENCDEC_RULES, MIXERS, ModelConfig, check_rules, pre_norm, unknown_kind
 from .norm import NORMS
 from .positions import POSITIONS
 from .ssm import KINDS as SSM_KINDS
@@ -296,8 +297,7 @@ def encdec_breakdown(cfg: ModelConfig) -> dict[str, int]:
     """Parameters of `encdec.EncoderDecoder(cfg)` by component: the shared embedding (and head), L encoder layers
     (each a decoder-only layer: the mask holds no parameters), L decoder layers (the same, plus a cross-attention
     and its norm), and the two final norms (encoder and decoder)."""
-    from .encdec import check_config                      # the same refusals as the model's
-    check_config(cfg)
+    check_rules(cfg, ENCDEC_RULES)                        # the same refusals as the model's
     layer = sum(layer_params(cfg).values())
     out = {"embedding (tied head)" if cfg.tie_head else "embedding": cfg.vocab_size * cfg.d}
     if not cfg.tie_head:
@@ -339,7 +339,6 @@ def layout_costs(cfg: ModelConfig, source_len: int, target_len: int) -> dict[str
     (as `LanguageModel` computes them), the U target positions of the encoder-decoder (the encoder has none)."""
     if source_len < 1 or target_len < 1:
         raise ValueError(f"need source_len >= 1 and target_len >= 1, got {source_len} and {target_len}")
-    import dataclasses
     S, U, L = source_len, target_len, cfg.n_layers
     N = S + U
     encoder_cfg = dataclasses.replace(cfg, causal=False)
