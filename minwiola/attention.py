@@ -11,8 +11,8 @@ in the cache), so query i, at absolute position T_k - T_q + i, may look at keys 
 
 Every kernel also takes an optional additive `bias` on the scores, a float tensor that broadcasts to
 (B, H, T_q, T_k) (ALiBi's -m_h (i - j), lesson 12): A_h = softmax(q_h k_h^T / sqrt(d_h) + bias_h + M). It must be
-finite (the causal flag does the masking) and in the dtype of q. Without one, each kernel computes exactly what it
-computed before the bias existed.
+finite (the causal flag does the masking) and in the dtype of q. With bias=None nothing is added: each kernel
+computes the plain softmax above.
 
 Three ways to compute the same thing:
 * `attention_explicit`: scores, mask, softmax, weighted sum, written out; forms the (T_q, T_k) matrix;

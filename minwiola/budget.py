@@ -21,16 +21,25 @@ would save some of that work; the count is the cost without dropping.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
-from .atm import atm_layers
-from .gcla import LAMBDA
-from .model import ModelConfig
+from .atm import KINDS as ATM_KINDS, atm_layers
+from .attention import QKV
+from .ffn import ACTIVATIONS, FFNS
+from .gcla import LAMBDA, SUMMARIES
+from .model import ENCDEC_RULES, MIXERS, ModelConfig, check_rules, pre_norm, unknown_kind
+from .norm import NORMS
+from .positions import POSITIONS
+from .ssm import KINDS as SSM_KINDS
 
 
 def norm_params(cfg: ModelConfig) -> int:
     """One norm: LayerNorm has a weight and a bias, RMSNorm a weight, WiolaRMSNorm gamma and delta (eq. 9)."""
-    return {"layernorm": 2, "rmsnorm": 1, "wiola": 2}[cfg.norm] * cfg.d
+    per_unit = {"layernorm": 2, "rmsnorm": 1, "wiola": 2}
+    if cfg.norm not in per_unit:
+        raise unknown_kind("norm", cfg.norm, NORMS)
+    return per_unit[cfg.norm] * cfg.d
 
 
 def ssm_params(cfg: ModelConfig) -> dict[str, int]:
@@ -41,9 +50,11 @@ def ssm_params(cfg: ModelConfig) -> dict[str, int]:
     out = {"SSM projections W_in, W_out": 3 * d * d + ab * 3 * d}
     if cfg.ssm_kind == "s4d":
         out["SSM system (A, C, Delta, D)"] = d * (2 * N + 2)
-    else:
+    elif cfg.ssm_kind == "selective":
         out["SSM selection W_Delta, W_B, W_C"] = d * (d + 2 * N)
         out["SSM system (A, Delta bias, D)"] = d * (N + 2)
+    else:
+        raise unknown_kind("ssm_kind", cfg.ssm_kind, SSM_KINDS)
     return out
 
 
@@ -51,15 +62,19 @@ def layer_params(cfg: ModelConfig) -> dict[str, int]:
     """Parameters of one decoder layer, by component."""
     if cfg.mixer == "ssm":
         return {**ssm_params(cfg), **ffn_and_norms(cfg)}
+    if cfg.mixer != "attention":
+        raise unknown_kind("mixer", cfg.mixer, MIXERS)
     d, H = cfg.d, cfg.n_heads
     H_kv, d_h = cfg.H_kv, cfg.d_h
     ab = int(cfg.attn_bias)
     if cfg.qkv == "unified":
         attention = d * d + ab * d + H * d_h * d + ab * d               # one d -> d projection, W_O: d/3 -> d
-    else:
+    elif cfg.qkv == "separate":
         attention = (d * H * d_h + ab * H * d_h) + 2 * (d * H_kv * d_h + ab * H_kv * d_h) + (H * d_h * d + ab * d)
+    else:
+        raise unknown_kind("qkv", cfg.qkv, QKV)
     out = {"attention (W_Q, W_K, W_V, W_O)": attention}
-    if cfg.gcla != "off":
+    if gcla_on(cfg):
         out["GCLA gate W_gate"] = d * H * d_h + ab * H * d_h
         out["GCLA context W_K^ctx, W_V^ctx"] = 2 * (d * H_kv * d_h + ab * H_kv * d_h)
         out["GCLA blend phi"] = 1
@@ -79,10 +94,19 @@ def ffn_and_norms(cfg: ModelConfig) -> dict[str, int]:
         out["DSFF fusion gate W_f"] = 2 * d * d + fb * d
     elif cfg.ffn == "swiglu":
         out["feed-forward"] = swiglu_params(cfg)
-    else:
+    elif cfg.ffn in ACTIVATIONS:
         out["feed-forward"] = 2 * d * h + fb * (h + d)
+    else:
+        raise unknown_kind("ffn", cfg.ffn, FFNS)
     out["two norms"] = 2 * norm_params(cfg)
     return out
+
+
+def gcla_on(cfg: ModelConfig) -> bool:
+    """Whether the layers carry GCLA (either summary kind: the same parameters)."""
+    if cfg.gcla != "off" and cfg.gcla not in SUMMARIES:
+        raise unknown_kind("gcla", cfg.gcla, ("off", *SUMMARIES))
+    return cfg.gcla != "off"
 
 
 def swiglu_params(cfg: ModelConfig) -> int:
@@ -98,9 +122,11 @@ def param_breakdown(cfg: ModelConfig) -> dict[str, int]:
         out["head"] = cfg.vocab_size * cfg.d
     if cfg.positions == "learned":
         out["learned positions"] = cfg.context * cfg.d
+    elif cfg.positions not in POSITIONS:
+        raise unknown_kind("positions", cfg.positions, POSITIONS)
     for name, n in layer_params(cfg).items():
         out[name] = cfg.n_layers * n
-    if cfg.norm_position == "pre":
+    if pre_norm(cfg):
         out["final norm"] = norm_params(cfg)
     return out
 
@@ -150,7 +176,7 @@ def kv_cache_bytes(cfg: ModelConfig, T: int, bytes_per_number: int = 2, batch: i
     if cfg.mixer != "attention":
         raise ValueError(f"mixer={cfg.mixer!r} keeps no KV cache: its decoding memory is state_bytes(cfg)")
     keys_values = 2 * cfg.n_layers * cfg.H_kv * cfg.d_h * T
-    summaries = cfg.n_layers * cfg.d if cfg.gcla == "causal" else 0
+    summaries = cfg.n_layers * cfg.d if gcla_on(cfg) and cfg.gcla == "causal" else 0
     return batch * (keys_values + summaries) * bytes_per_number
 
 
@@ -178,9 +204,11 @@ def ssm_flops(cfg: ModelConfig, T: int) -> dict[str, float]:
     if cfg.ssm_kind == "s4d":
         out["SSM kernel K (once per sequence)"] = 4 * d * N
         out["SSM FFT convolution"] = d * (15 * math.log2(2 * T) + 6) if T else 0.0
-    else:
+    elif cfg.ssm_kind == "selective":
         out["SSM selection W_Delta, W_B, W_C"] = 2 * d * (d + 2 * N)
         out["SSM scan (ZOH per token, update, read-out)"] = 10 * d * N
+    else:
+        raise unknown_kind("ssm_kind", cfg.ssm_kind, SSM_KINDS)
     return out
 
 
@@ -193,15 +221,19 @@ def layer_flops(cfg: ModelConfig, T: int, mu: float = 0.0) -> dict[str, float]:
     """
     if cfg.mixer == "ssm":
         return {**ssm_flops(cfg, T), **ffn_flops(cfg)}
+    if cfg.mixer != "attention":
+        raise unknown_kind("mixer", cfg.mixer, MIXERS)
     d, H = cfg.d, cfg.n_heads
     H_kv, d_h = cfg.H_kv, cfg.d_h
     keep = 1.0 - mu
-    out = {
-        "q, k, v, o projections": keep * 2 * d * d_h * (2 * H + 2 * H_kv) if cfg.qkv == "separate"
-        else keep * 2 * (d * d + d_h * H * d),
-        "attention core (eq. 39)": keep * keep * 4 * T * H * d_h,
-    }
-    if cfg.gcla != "off":
+    if cfg.qkv == "separate":
+        projections = keep * 2 * d * d_h * (2 * H + 2 * H_kv)
+    elif cfg.qkv == "unified":
+        projections = keep * 2 * (d * d + d_h * H * d)
+    else:
+        raise unknown_kind("qkv", cfg.qkv, QKV)
+    out = {"q, k, v, o projections": projections, "attention core (eq. 39)": keep * keep * 4 * T * H * d_h}
+    if gcla_on(cfg):
         out["GCLA output gate (eq. 28)"] = keep * 2 * d * H * d_h
         out["GCLA context scores + sum (eq. 26)"] = keep * 4 * LAMBDA * H * d_h
         # W_K^ctx and W_V^ctx on Lambda summaries: every position has its own in the causal form (and ATM keeps
@@ -222,8 +254,12 @@ def ffn_flops(cfg: ModelConfig) -> dict[str, float]:
         d_A = cfg.d_ff_a or d
         out["feed-forward"] = 2 * (3 * d * d_A + 2 * d * cfg.hidden)
         out["DSFF fusion gate W_f"] = 2 * 2 * d * d
+    elif cfg.ffn == "swiglu":
+        out["feed-forward"] = 2 * 3 * d * cfg.hidden            # gate, up and down
+    elif cfg.ffn in ACTIVATIONS:
+        out["feed-forward"] = 2 * 2 * d * cfg.hidden            # up and down
     else:
-        out["feed-forward"] = 2 * (3 if cfg.ffn == "swiglu" else 2) * d * cfg.hidden
+        raise unknown_kind("ffn", cfg.ffn, FFNS)
     return out
 
 
@@ -234,6 +270,8 @@ def forward_flops(cfg: ModelConfig, T: int, mu: float = 0.0) -> float:
         raise ValueError(f"the merge ratio mu must be in [0, 1), got {mu}")
     if mu and cfg.atm == "off":
         raise ValueError("mu > 0 needs a config with atm on")
+    if cfg.atm not in ("off", *ATM_KINDS):
+        raise unknown_kind("atm", cfg.atm, ("off", *ATM_KINDS))
     merging = set(atm_layers(cfg.n_layers)) if cfg.atm != "off" else set()
     layers = sum(sum(layer_flops(cfg, T, mu if i in merging else 0.0).values()) for i in range(cfg.n_layers))
     return layers + 2 * cfg.d * cfg.vocab_size
@@ -259,8 +297,7 @@ def encdec_breakdown(cfg: ModelConfig) -> dict[str, int]:
     """Parameters of `encdec.EncoderDecoder(cfg)` by component: the shared embedding (and head), L encoder layers
     (each a decoder-only layer: the mask holds no parameters), L decoder layers (the same, plus a cross-attention
     and its norm), and the two final norms (encoder and decoder)."""
-    from .encdec import check_config                      # the same refusals as the model's
-    check_config(cfg)
+    check_rules(cfg, ENCDEC_RULES)                        # the same refusals as the model's
     layer = sum(layer_params(cfg).values())
     out = {"embedding (tied head)" if cfg.tie_head else "embedding": cfg.vocab_size * cfg.d}
     if not cfg.tie_head:
@@ -302,7 +339,6 @@ def layout_costs(cfg: ModelConfig, source_len: int, target_len: int) -> dict[str
     (as `LanguageModel` computes them), the U target positions of the encoder-decoder (the encoder has none)."""
     if source_len < 1 or target_len < 1:
         raise ValueError(f"need source_len >= 1 and target_len >= 1, got {source_len} and {target_len}")
-    import dataclasses
     S, U, L = source_len, target_len, cfg.n_layers
     N = S + U
     encoder_cfg = dataclasses.replace(cfg, causal=False)

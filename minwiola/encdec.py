@@ -26,29 +26,14 @@ import torch
 from torch import nn
 
 from .attention import CrossAttention
-from .ffn import DSFF, make_ffn
-from .model import Block, LanguageModel, ModelConfig, make_mixer, next_token_loss
-from .norm import make_norm
+from .model import (ENCDEC_RULES, Block, ModelConfig, check_ids, check_rules, init_weights, make_ffn, make_mixer,
+                    make_norm, next_token_loss)
 
 
 def check_config(cfg: ModelConfig) -> None:
-    """Raise ValueError unless the encoder-decoder can be built from `cfg` (the decoder's config, causal=True).
-
-    Refused: what is built on one causal stream or needs a per-token decoding state (GCLA, ATM, a state-space
-    mixer), ALiBi (a bias for past keys only, which the encoder has not), positions added to the embedding
-    (learned, sinusoidal: source and target would need tables of their own; here positions live in the
-    self-attention), post-norm, and a mixture of experts (its balancing loss is not wired into `loss`)."""
-    refusals = [(cfg.gcla != "off", f"gcla={cfg.gcla!r} (needs 'off')"),
-                (cfg.atm != "off", f"atm={cfg.atm!r} (needs 'off')"),
-                (cfg.mixer != "attention", f"mixer={cfg.mixer!r} (needs 'attention')"),
-                (cfg.positions not in ("rope", "srpe", "none"),
-                 f"positions={cfg.positions!r} (needs 'rope', 'srpe' or 'none': positions inside self-attention)"),
-                (cfg.norm_position != "pre", f"norm_position={cfg.norm_position!r} (needs 'pre')"),
-                (cfg.ffn == "moe", "ffn='moe' (its balancing loss is not part of EncoderDecoder.loss)"),
-                (not cfg.causal, "causal=False (pass the decoder's config; the encoder drops the mask itself)")]
-    for refused, why in refusals:
-        if refused:
-            raise ValueError(f"EncoderDecoder cannot use {why}")
+    """Raise ValueError unless the encoder-decoder can be built from `cfg` (the decoder's config, causal=True): the
+    layout's requirements are `model.ENCDEC_RULES`, beside every other rule of which features exclude which."""
+    check_rules(cfg, ENCDEC_RULES)
 
 
 class DecoderBlock(nn.Module):
@@ -58,12 +43,12 @@ class DecoderBlock(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.norm1 = make_norm(cfg.norm, cfg.d, cfg.norm_eps)
+        self.norm1 = make_norm(cfg)
         self.attn = make_mixer(cfg)                       # causal self-attention, with the config's positions
-        self.norm2 = make_norm(cfg.norm, cfg.d, cfg.norm_eps)
+        self.norm2 = make_norm(cfg)
         self.cross = CrossAttention(cfg.d, cfg.n_heads, cfg.attn_bias, cfg.attention)
-        self.norm3 = make_norm(cfg.norm, cfg.d, cfg.norm_eps)
-        self.ffn = make_ffn(cfg.ffn, cfg.d, cfg.hidden, cfg.ffn_bias, cfg.d_ff_a)
+        self.norm3 = make_norm(cfg)
+        self.ffn = make_ffn(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
@@ -88,19 +73,16 @@ class EncoderDecoder(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d)
         self.drop = nn.Dropout(cfg.dropout)
         self.encoder = nn.ModuleList(Block(self.encoder_config) for _ in range(cfg.n_layers))
-        self.encoder_norm = make_norm(cfg.norm, cfg.d, cfg.norm_eps)    # the memory is normed once, as in T5
+        self.encoder_norm = make_norm(cfg)                  # the memory is normed once, as in T5
         self.decoder = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.n_layers))
-        self.decoder_norm = make_norm(cfg.norm, cfg.d, cfg.norm_eps)
+        self.decoder_norm = make_norm(cfg)
         self.head = None if cfg.tie_head else nn.Linear(cfg.d, cfg.vocab_size, bias=False)
-        self.apply(lambda module: LanguageModel._init(self, module))   # the decoder-only model's initialisation
-        for module in self.modules():
-            if isinstance(module, DSFF):
-                module.reset_gate()
+        init_weights(self, cfg.init_std)                    # the decoder-only model's initialisation
 
     def check_ids(self, idx: torch.Tensor, name: str) -> None:
         """The decoder-only model's checks on ids (B, N): integers in [0, V), at most `context` of them."""
         try:
-            LanguageModel.check_ids(self, idx)
+            check_ids(idx, self.config)
         except ValueError as e:
             raise ValueError(f"{name}: {e}") from None
 

@@ -11,7 +11,8 @@ DSFF (Wiola eqs. 34-37), in the row-vector form that makes the paper's printed s
     alpha = sigmoid([a; b] W_f)                 W_f: 2d x d, initialised to 0 so alpha starts at 1/2
     out   = alpha * a + (1 - alpha) * b
 
-The mixture of experts (lesson 14), E SwiGLUs and a router that picks k of them per token, is `moe.MoE`.
+The mixture of experts (lesson 14), E SwiGLUs and a router that picks k of them per token, is `moe.MoE`; the layer a
+config asks for is built by `model.make_ffn`.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-FFNS = ("gelu", "relu", "silu", "swiglu", "dsff", "moe")
+FFNS = ("gelu", "relu", "silu", "swiglu", "dsff", "moe")   # the kinds `model.make_ffn` builds
 ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu}
 
 
@@ -83,19 +84,3 @@ class DSFF(nn.Module):
         self.last_alpha = alpha.detach()
         return alpha * a + (1 - alpha) * b
 
-
-def make_ffn(kind: str, d: int, hidden: int, bias: bool, hidden_a: int | None = None, experts: int = 8,
-             k: int = 2, capacity_factor: float | None = None) -> nn.Module:
-    """The feed-forward layer named by `kind`: "gelu", "relu" or "silu" (an MLP), "swiglu", "dsff" (then
-    `hidden` is the wide stream's d_B and `hidden_a` the narrow stream's d_A) or "moe" (`experts` SwiGLUs of
-    width `hidden`, `k` active per token, `capacity_factor` None or <= 0 for no capacity limit)."""
-    if kind == "swiglu":
-        return SwiGLU(d, hidden, bias)
-    if kind == "dsff":
-        return DSFF(d, hidden_a if hidden_a is not None else d, hidden, bias)
-    if kind == "moe":
-        from .moe import MoE                      # moe.py builds on this file's SwiGLU: imported when needed
-        return MoE(d, hidden, experts, k, capacity_factor, bias)
-    if kind in ACTIVATIONS:
-        return MLP(d, hidden, kind, bias)
-    raise ValueError(f"ffn must be one of {FFNS}, got {kind!r}")

@@ -158,7 +158,7 @@ class WiolaForCausalLM(PreTrainedModel, GenerationMixin):
         return False                 # the model keeps its own decoding state (`new_cache`): no DynamicCache for it
 
     def _init_weights(self, module) -> None:
-        pass                         # LanguageModel initialises itself (model._init); loaded weights overwrite it
+        pass                         # LanguageModel initialises itself (init_weights); loaded weights overwrite it
 
     def get_input_embeddings(self):
         return self.model.embed

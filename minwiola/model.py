@@ -32,10 +32,10 @@ from torch import nn
 
 from . import atm
 from .attention import ATTENTION_POSITIONS, IMPLS, QKV, KVCache, MultiHeadAttention, head_shape
-from .ffn import DSFF, FFNS, make_ffn, swiglu_hidden
+from .ffn import ACTIVATIONS, DSFF, FFNS, MLP, SwiGLU, swiglu_hidden
 from .gcla import GCLA, QUERIES, SUMMARIES, layer_contexts, summarize
 from .moe import MoE
-from .norm import NORMS, make_norm
+from .norm import NORMS, LayerNorm, RMSNorm, WiolaRMSNorm
 from .positions import POSITIONS, check_srpe, sinusoidal
 from .ssm import KINDS as SSM_KINDS, SSM
 
@@ -81,6 +81,81 @@ def check_field_types(config, may_be_infinite: set[str] = frozenset()) -> None:
 ADDED_LATER = {"srpe_radius", "norm_eps", "mixer", "ssm_state", "ssm_kind", "moe_experts", "moe_k", "moe_capacity",
                "moe_aux", "moe_z", "causal"}
 MIXERS = ("attention", "ssm")
+NORM_POSITIONS = ("pre", "post")
+
+
+def unknown_kind(field: str, value, kinds: tuple) -> ValueError:
+    """The error every dispatch on a kind raises when the kind is none it knows: a new kind must be taught to each
+    place that builds or counts it, never be taken silently for another."""
+    return ValueError(f"{field} must be one of {kinds}, got {value!r}")
+
+
+# Which features exclude which, written once. A rule (when, needs, message): a config for which when(c) holds must
+# have needs(c), else ValueError(message), with the config's values filled in (message.format(c=config)). Each
+# component checks only its own arguments; what one feature asks of another is here.
+RULES = [
+    # a mixer other than attention (a state-space layer) has no attention scores, heads or context keys: what acts
+    # on them does not apply
+    (lambda c: c.mixer != "attention", lambda c: c.positions not in ("rope", "srpe", "alibi"),
+     "mixer={c.mixer!r} has no attention scores to rotate or bias: positions={c.positions!r} does not apply; use "
+     "positions='none' (the scan knows the order of the tokens)"),
+    (lambda c: c.mixer != "attention", lambda c: c.gcla == "off",
+     "mixer={c.mixer!r} needs gcla='off' (gcla is a part of attention), got {c.gcla!r}"),
+    (lambda c: c.mixer != "attention", lambda c: c.atm == "off",
+     "mixer={c.mixer!r} needs atm='off' (atm is a part of attention), got {c.atm!r}"),
+    (lambda c: c.mixer != "attention", lambda c: c.qkv == "separate",
+     "mixer={c.mixer!r} needs qkv='separate' (qkv is a part of attention), got {c.qkv!r}"),
+    (lambda c: c.mixer == "ssm" and c.ssm_kind == "s4d", lambda c: c.ssm_state % 2 == 0,
+     "ssm_state={c.ssm_state} must be even for ssm_kind='s4d' (N/2 complex modes)"),
+    (lambda c: c.gcla != "off", lambda c: c.qkv == "separate",
+     "gcla needs qkv='separate' (its context keys are grouped like the self-attention's)"),
+    (lambda c: c.atm != "off", lambda c: c.norm_position == "pre",
+     "atm needs norm_position='pre' (it merges the normed input of the attention branch)"),
+    (lambda c: c.positions == "sinusoidal", lambda c: c.d % 2 == 0,
+     "positions='sinusoidal' needs an even d, got {c.d}"),
+    # causal=False: what is built on the causal order (GCLA's prefix means, ATM's copy-forward, a left-to-right
+    # scan) has no bidirectional form, and ALiBi's bias -m (i - j) is defined for keys j <= i only (for j > i it
+    # would reward distance)
+    (lambda c: not c.causal, lambda c: c.gcla == "off",
+     "causal=False needs gcla='off' (its {c.gcla!r} form is built on the causal order)"),
+    (lambda c: not c.causal, lambda c: c.atm == "off",
+     "causal=False needs atm='off' (its {c.atm!r} form is built on the causal order)"),
+    (lambda c: not c.causal, lambda c: c.mixer == "attention",
+     "causal=False needs mixer='attention' (its {c.mixer!r} form is built on the causal order)"),
+    (lambda c: not c.causal, lambda c: c.positions != "alibi",
+     "causal=False cannot use positions='alibi' (its bias is defined for past keys only); use 'rope', 'learned', "
+     "'sinusoidal' or 'none'"),
+    (lambda c: True, lambda c: c.moe_k <= c.moe_experts,
+     "moe_k={c.moe_k} must be at most moe_experts={c.moe_experts} (k of E experts)"),
+]
+
+# What the encoder-decoder layout (`encdec.EncoderDecoder`, lesson 15) asks of the decoder's config on top of RULES.
+# Refused: what is built on one causal stream or needs a per-token decoding state (GCLA, ATM, a state-space mixer),
+# ALiBi (a bias for past keys only, which the encoder has not), positions added to the embedding (learned,
+# sinusoidal: source and target would need tables of their own; here positions live in the self-attention),
+# post-norm, and a mixture of experts (its balancing loss is not wired into `EncoderDecoder.loss`).
+ENCDEC_RULES = [
+    (lambda c: True, lambda c: c.gcla == "off", "EncoderDecoder cannot use gcla={c.gcla!r} (needs 'off')"),
+    (lambda c: True, lambda c: c.atm == "off", "EncoderDecoder cannot use atm={c.atm!r} (needs 'off')"),
+    (lambda c: True, lambda c: c.mixer == "attention",
+     "EncoderDecoder cannot use mixer={c.mixer!r} (needs 'attention')"),
+    (lambda c: True, lambda c: c.positions in ("rope", "srpe", "none"),
+     "EncoderDecoder cannot use positions={c.positions!r} (needs 'rope', 'srpe' or 'none': positions inside "
+     "self-attention)"),
+    (lambda c: True, lambda c: c.norm_position == "pre",
+     "EncoderDecoder cannot use norm_position={c.norm_position!r} (needs 'pre')"),
+    (lambda c: True, lambda c: c.ffn != "moe",
+     "EncoderDecoder cannot use ffn='moe' (its balancing loss is not part of EncoderDecoder.loss)"),
+    (lambda c: True, lambda c: c.causal,
+     "EncoderDecoder cannot use causal=False (pass the decoder's config; the encoder drops the mask itself)"),
+]
+
+
+def check_rules(config, rules: list) -> None:
+    """Raise ValueError with the message of the first rule in `rules` (RULES, ENCDEC_RULES) that `config` breaks."""
+    for when, needs, message in rules:
+        if when(config) and not needs(config):
+            raise ValueError(message.format(c=config))
 
 
 @dataclass
@@ -93,9 +168,9 @@ class ModelConfig:
     n_layers: int = 4               # L
     n_heads: int = 4                # H, query heads
     n_kv_heads: int | None = None   # H_kv, key/value heads; None means H (multi-head attention)
-    d_ff: int | None = None         # FFN hidden width; None: 4d for an MLP, 8d/3 rounded up to 8 for SwiGLU, and
-                                    # for DSFF the wide GELU stream's d_B (None: 4d); for MoE each expert's (a
-                                    # SwiGLU: None is 8d/3 as for SwiGLU)
+    d_ff: int | None = None         # the FFN's hidden width, read by ffn: an MLP's (None: 4d); a SwiGLU's (None:
+                                    # 8d/3 rounded up to 8); DSFF's wide GELU stream d_B (None: 4d; the narrow one
+                                    # is d_ff_a); each MoE expert's, a SwiGLU (None: 8d/3 as for SwiGLU)
     d_ff_a: int | None = None       # DSFF's narrow SwiGLU stream width d_A (None: d)
     ffn: str = "swiglu"             # "gelu", "relu", "silu" (an MLP), "swiglu", "dsff" or "moe" (mixture of
                                     # experts, lesson 14: moe_experts SwiGLUs, moe_k of them active per token)
@@ -110,7 +185,7 @@ class ModelConfig:
     srpe_radius: str = "paper"      # SRPE radius: "paper" (eq. 14, depends on absolute position) or "offset" (a
                                     # log spiral, rho^(p - p') in the score: relative; lesson 06)
     qkv: str = "separate"           # "separate" Q, K, V projections, or Yocto's "unified" one
-    attn_bias: bool = False         # biases in the attention projections
+    attn_bias: bool = False         # biases in the token mixer's projections (attention's, or the SSM's)
     ffn_bias: bool = False          # biases in the feed-forward layers
     rope_theta: float = 10000.0     # theta_0 of Wiola eq. 11
     dropout: float = 0.0            # on embeddings and on each residual branch, during training only
@@ -143,7 +218,7 @@ class ModelConfig:
                                     # 15). Without it there is no next-token prediction and no KV-cache decoding
 
     def __post_init__(self):
-        choices = {"ffn": FFNS, "norm": NORMS, "norm_position": ("pre", "post"), "positions": POSITIONS,
+        choices = {"ffn": FFNS, "norm": NORMS, "norm_position": NORM_POSITIONS, "positions": POSITIONS,
                    "qkv": QKV, "attention": IMPLS, "gcla": ("off", *SUMMARIES), "gcla_query": QUERIES,
                    "atm": ("off", *atm.KINDS), "mixer": MIXERS, "ssm_kind": SSM_KINDS}
         for name, allowed in choices.items():
@@ -167,52 +242,15 @@ class ModelConfig:
                    self.context if self.positions == "srpe" else None)   # "offset": radii bounded over the context
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.mixer == "ssm":
-            self.check_ssm()
-        else:
+        if self.mixer == "attention":
             head_shape(self.d, self.n_heads, self.n_kv_heads, self.qkv)     # the heads' divisibility rules
-        if self.gcla != "off" and self.qkv != "separate":
-            raise ValueError("gcla needs qkv='separate' (its context keys are grouped like the self-attention's)")
-        if self.atm != "off" and self.norm_position != "pre":
-            raise ValueError("atm needs norm_position='pre' (it merges the normed input of the attention branch)")
         if not -1.0 <= self.atm_tau <= 1.0:
             raise ValueError(f"atm_tau is a cosine threshold in [-1, 1], got {self.atm_tau}")
-        if self.positions == "sinusoidal" and self.d % 2:
-            raise ValueError(f"positions='sinusoidal' needs an even d, got {self.d}")
-        if not self.causal:
-            self.check_bidirectional()
-        if self.moe_k > self.moe_experts:
-            raise ValueError(f"moe_k={self.moe_k} must be at most moe_experts={self.moe_experts} (k of E experts)")
         for name in ("moe_capacity", "moe_aux", "moe_z"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0{' (0: no capacity limit)' if name == 'moe_capacity' else ''}"
                                  f", got {getattr(self, name)}")
-
-    def check_ssm(self) -> None:
-        """mixer="ssm" refuses what only attention has: positions applied inside the mixer (an SSM reads order from
-        its scan; absolute positions added to the embedding still work), GCLA, ATM and a unified QKV projection.
-        The head fields (n_heads, n_kv_heads, attention) are not used."""
-        if self.positions in ("rope", "srpe", "alibi"):
-            raise ValueError(f"mixer='ssm' has no attention scores to rotate or bias: positions={self.positions!r} "
-                             "does not apply; use positions='none' (the scan knows the order of the tokens)")
-        for name, off in (("gcla", "off"), ("atm", "off"), ("qkv", "separate")):
-            if getattr(self, name) != off:
-                raise ValueError(f"mixer='ssm' needs {name}={off!r} ({name} is a part of attention), got "
-                                 f"{getattr(self, name)!r}")
-        if self.ssm_kind == "s4d" and self.ssm_state % 2:
-            raise ValueError(f"ssm_state={self.ssm_state} must be even for ssm_kind='s4d' (N/2 complex modes)")
-
-    def check_bidirectional(self) -> None:
-        """causal=False refuses what is built on the causal order: GCLA's and ATM's causal forms (prefix means,
-        copy-forward), a state-space scan (left to right by construction) and ALiBi (its bias -m (i - j) is
-        defined for keys j <= i only; for j > i it would reward distance)."""
-        for name, off in (("gcla", "off"), ("atm", "off"), ("mixer", "attention")):
-            if getattr(self, name) != off:
-                raise ValueError(f"causal=False needs {name}={off!r} (its {getattr(self, name)!r} form is built on "
-                                 f"the causal order)")
-        if self.positions == "alibi":
-            raise ValueError("causal=False cannot use positions='alibi' (its bias is defined for past keys only); "
-                             "use 'rope', 'learned', 'sinusoidal' or 'none'")
+        check_rules(self, RULES)                     # which features exclude which
 
     @property
     def H_kv(self) -> int:
@@ -226,10 +264,12 @@ class ModelConfig:
 
     @property
     def hidden(self) -> int:
-        """The FFN hidden width actually used."""
-        if self.d_ff is not None:
-            return self.d_ff
-        return swiglu_hidden(self.d) if self.ffn in ("swiglu", "moe") else 4 * self.d   # (for DSFF: d_B)
+        """The FFN hidden width actually used: d_ff, or the default of the ffn kind (for DSFF: d_B)."""
+        if self.ffn in ("swiglu", "moe"):
+            return swiglu_hidden(self.d) if self.d_ff is None else self.d_ff
+        if self.ffn in (*ACTIVATIONS, "dsff"):
+            return 4 * self.d if self.d_ff is None else self.d_ff
+        raise unknown_kind("ffn", self.ffn, FFNS)
 
 
 WIOLA = dict(norm="wiola", positions="srpe", gcla="causal", atm="copy-forward")   # the five parts, causal forms
@@ -318,19 +358,97 @@ def preset(name: str, **overrides) -> ModelConfig:
     return ModelConfig(**{**PRESETS[name], **overrides})
 
 
+# The factories: each builds one part of a block from the whole config, and is the one place that part is chosen.
+
 def make_mixer(cfg: ModelConfig) -> nn.Module:
-    """The token mixer the config asks for, the one place a block's mixer is chosen. Every mixer takes
-    `(x, *, context, cache, positions)` and makes its own decoding state with `new_cache(max_len)`."""
+    """The token mixer the config asks for. Every mixer takes `(x, *, context, cache, positions)` and makes its own
+    decoding state with `new_cache(max_len)`."""
     if cfg.mixer == "ssm":
         return SSM(cfg.d, cfg.ssm_state, cfg.ssm_kind, bias=cfg.attn_bias)
-    inside = cfg.positions if cfg.positions in ATTENTION_POSITIONS else "none"   # absolute ones are added outside
+    if cfg.mixer != "attention":
+        raise unknown_kind("mixer", cfg.mixer, MIXERS)
+    if cfg.positions in ATTENTION_POSITIONS:
+        inside = cfg.positions
+    elif cfg.positions in POSITIONS:
+        inside = "none"                                      # absolute ones are added to the embedding, outside
+    else:
+        raise unknown_kind("positions", cfg.positions, POSITIONS)
     options = dict(positions=inside, bias=cfg.attn_bias, max_len=cfg.context, rope_theta=cfg.rope_theta,
                    impl=cfg.attention, srpe=(cfg.srpe_k, cfg.srpe_a, cfg.srpe_f), srpe_radius=cfg.srpe_radius)
-    if not cfg.causal:                                       # GCLA refuses causal=False (check_bidirectional)
+    if not cfg.causal:                                       # GCLA refuses causal=False (RULES)
         options["causal"] = False
     if cfg.gcla != "off":
         return GCLA(cfg.d, cfg.n_heads, cfg.H_kv, cfg.gcla_query, cfg.gcla_phi, **options)
     return MultiHeadAttention(cfg.d, cfg.n_heads, cfg.H_kv, cfg.qkv, **options)
+
+
+def make_ffn(cfg: ModelConfig) -> nn.Module:
+    """The feed-forward layer the config asks for (ffn.py, moe.py): "gelu", "relu" or "silu" (an MLP), "swiglu",
+    "dsff" (cfg.hidden is the wide stream's d_B, d_ff_a the narrow stream's d_A, None: d) or "moe" (moe_experts
+    SwiGLUs of width cfg.hidden, moe_k active per token, moe_capacity 0 for no capacity limit)."""
+    d, hidden, bias = cfg.d, cfg.hidden, cfg.ffn_bias
+    if cfg.ffn == "swiglu":
+        return SwiGLU(d, hidden, bias)
+    if cfg.ffn == "dsff":
+        return DSFF(d, cfg.d_ff_a if cfg.d_ff_a is not None else d, hidden, bias)
+    if cfg.ffn == "moe":
+        return MoE(d, hidden, cfg.moe_experts, cfg.moe_k, cfg.moe_capacity, bias)
+    if cfg.ffn in ACTIVATIONS:
+        return MLP(d, hidden, cfg.ffn, bias)
+    raise unknown_kind("ffn", cfg.ffn, FFNS)
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    """The norm the config asks for ("layernorm", "rmsnorm" or "wiola", norm.py) for width d. norm_eps=None keeps
+    each class's default (1e-5 for LayerNorm, as torch; 1e-6 for the RMS norms, as the Wiola and LLaMA code); CS336
+    and many references use 1e-5 for RMSNorm too."""
+    d = cfg.d
+    options = {} if cfg.norm_eps is None else {"eps": cfg.norm_eps}
+    if cfg.norm == "layernorm":
+        return LayerNorm(d, **options)
+    if cfg.norm == "rmsnorm":
+        return RMSNorm(d, **options)
+    if cfg.norm == "wiola":
+        return WiolaRMSNorm(d, **options)
+    raise unknown_kind("norm", cfg.norm, NORMS)
+
+
+def pre_norm(cfg: ModelConfig) -> bool:
+    """True for pre-norm blocks (the norm inside each residual branch), False for post-norm ones."""
+    if cfg.norm_position not in NORM_POSITIONS:
+        raise unknown_kind("norm_position", cfg.norm_position, NORM_POSITIONS)
+    return cfg.norm_position == "pre"
+
+
+def init_module(module: nn.Module, std: float) -> None:
+    """One module's initialisation: a Linear's or Embedding's weight ~ N(0, std^2), a Linear's bias 0. Norms keep
+    their own (gamma = 1, delta = 0)."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, 0.0, std)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+def init_weights(model: nn.Module, std: float) -> None:
+    """Initialise every module of `model` (`init_module`), then put DSFF's gate back to W_f = 0 (alpha = 1/2,
+    Wiola's initialisation), which the normal draw overwrote."""
+    model.apply(lambda module: init_module(module, std))
+    for module in model.modules():
+        if isinstance(module, DSFF):
+            module.reset_gate()
+
+
+def check_ids(idx: torch.Tensor, cfg: ModelConfig, start: int = 0) -> None:
+    """Raise ValueError unless idx is a (B, T) integer tensor of valid ids that fits the context after `start`
+    tokens already seen."""
+    if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"idx must be a (B, T) int64 (or int32) tensor of token ids, got "
+                         f"{getattr(idx, 'dtype', type(idx).__name__)} of shape {tuple(getattr(idx, 'shape', ()))}")
+    if start + idx.shape[1] > cfg.context:
+        raise ValueError(f"sequence of {start + idx.shape[1]} tokens is longer than context={cfg.context}")
+    if idx.numel() and (idx.min() < 0 or idx.max() >= cfg.vocab_size):
+        raise ValueError(f"token ids must be in [0, vocab_size={cfg.vocab_size}), got values in "
+                         f"[{int(idx.min())}, {int(idx.max())}]")
 
 
 class Block(nn.Module):
@@ -342,16 +460,22 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ModelConfig, merges: bool = False):
         super().__init__()
-        self.pre = cfg.norm_position == "pre"
-        self.norm1 = make_norm(cfg.norm, cfg.d, cfg.norm_eps)
-        self.attn = make_mixer(cfg)
-        self.norm2 = make_norm(cfg.norm, cfg.d, cfg.norm_eps)
-        self.ffn = make_ffn(cfg.ffn, cfg.d, cfg.hidden, cfg.ffn_bias, cfg.d_ff_a, cfg.moe_experts, cfg.moe_k,
-                            cfg.moe_capacity)
+        self.pre = pre_norm(cfg)
+        self.norm1 = make_norm(cfg)
+        self.attn = make_mixer(cfg)         # named attn in state_dicts (saved models: blocks.N.attn.*); also .mixer
+        self.norm2 = make_norm(cfg)
+        self.ffn = make_ffn(cfg)
         self.drop = nn.Dropout(cfg.dropout)
+        if merges and cfg.atm not in atm.KINDS:
+            raise unknown_kind("atm", cfg.atm, ("off", *atm.KINDS))
         self.merge_kind = cfg.atm if merges else None
         self.tau = cfg.atm_tau
         self.last_slot: torch.Tensor | None = None      # the last merge plan (B, T), for lessons and logs
+
+    @property
+    def mixer(self) -> nn.Module:
+        """The token mixer (attention, GCLA or an SSM: `make_mixer`), registered as `attn`."""
+        return self.attn
 
     def attention(self, h: torch.Tensor, cache: KVCache | None, context: torch.Tensor | None) -> torch.Tensor:
         """The token-mixing branch on the normed input h, with token merging when this layer merges and trains."""
@@ -383,24 +507,20 @@ class LanguageModel(nn.Module):
             self.pos = nn.Embedding(cfg.context, cfg.d)
         elif cfg.positions == "sinusoidal":
             self.register_buffer("pos_table", sinusoidal(cfg.context, cfg.d), persistent=False)
+        elif cfg.positions not in ATTENTION_POSITIONS:
+            raise unknown_kind("positions", cfg.positions, POSITIONS)
         self.drop = nn.Dropout(cfg.dropout)
         merging = atm.atm_layers(cfg.n_layers) if cfg.atm != "off" else range(0)
         self.blocks = nn.ModuleList(Block(cfg, merges=i in merging) for i in range(cfg.n_layers))
         # post-norm blocks end in a norm already; pre-norm ones need a final norm before the head
-        self.norm = make_norm(cfg.norm, cfg.d, cfg.norm_eps) if cfg.norm_position == "pre" else nn.Identity()
+        self.norm = make_norm(cfg) if pre_norm(cfg) else nn.Identity()
         self.head = None if cfg.tie_head else nn.Linear(cfg.d, cfg.vocab_size, bias=False)
         self.activation_checkpointing = False   # recompute each block's activations in backward (saves memory)
-        self.apply(self._init)
-        for module in self.modules():
-            if isinstance(module, DSFF):
-                module.reset_gate()          # the gate starts at alpha = 1/2 (Wiola's W_f = 0)
+        init_weights(self, cfg.init_std)      # N(0, init_std^2) weights, zero biases, DSFF's gate at alpha = 1/2
 
     def _init(self, module: nn.Module) -> None:
-        std = self.config.init_std
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, 0.0, std)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
+        """One module's initialisation with this model's init_std (`init_module`)."""
+        init_module(module, self.config.init_std)
 
     def new_cache(self) -> list[KVCache]:
         """An empty decoding state, one per layer (each mixer makes its own: a KV cache, GCLA's adds a running
@@ -454,15 +574,7 @@ class LanguageModel(nn.Module):
 
     def check_ids(self, idx: torch.Tensor, start: int = 0) -> None:
         """Raise ValueError unless idx is a (B, T) integer tensor of valid ids that fits the context."""
-        cfg = self.config
-        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"idx must be a (B, T) int64 (or int32) tensor of token ids, got "
-                             f"{getattr(idx, 'dtype', type(idx).__name__)} of shape {tuple(getattr(idx, 'shape', ()))}")
-        if start + idx.shape[1] > cfg.context:
-            raise ValueError(f"sequence of {start + idx.shape[1]} tokens is longer than context={cfg.context}")
-        if idx.numel() and (idx.min() < 0 or idx.max() >= cfg.vocab_size):
-            raise ValueError(f"token ids must be in [0, vocab_size={cfg.vocab_size}), got values in "
-                             f"[{int(idx.min())}, {int(idx.max())}]")
+        check_ids(idx, self.config, start)
 
     def forward(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
         if cache is not None and len(cache) != len(self.blocks):

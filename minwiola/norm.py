@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-NORMS = ("layernorm", "rmsnorm", "wiola")
+NORMS = ("layernorm", "rmsnorm", "wiola")            # the kinds `model.make_norm` builds
 
 
 class LayerNorm(nn.Module):
@@ -108,16 +108,3 @@ def paper_eq10_delta_grad(x: torch.Tensor, gamma: torch.Tensor, delta: torch.Ten
     per_token = gamma / r * (g - z / (d * r**2) * (gamma * g * z).sum(-1, keepdim=True))
     return per_token.reshape(-1, d).sum(0)
 
-
-def make_norm(kind: str, d: int, eps: float | None = None) -> nn.Module:
-    """The norm named by `kind` ("layernorm", "rmsnorm" or "wiola") for width d. eps=None keeps each class's
-    default (1e-5 for LayerNorm, as torch; 1e-6 for the RMS norms, as the Wiola and LLaMA code); CS336 and
-    many references use 1e-5 for RMSNorm too (`ModelConfig.norm_eps`)."""
-    options = {} if eps is None else {"eps": eps}
-    if kind == "layernorm":
-        return LayerNorm(d, **options)
-    if kind == "rmsnorm":
-        return RMSNorm(d, **options)
-    if kind == "wiola":
-        return WiolaRMSNorm(d, **options)
-    raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")

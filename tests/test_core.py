@@ -6,8 +6,9 @@ import torch
 
 from minwiola.attention import (KVCache, MultiHeadAttention, attention_explicit, attention_fused, attention_tiled,
                                 causal_mask)
-from minwiola.ffn import MLP, SwiGLU, make_ffn, swiglu_hidden
-from minwiola.norm import LayerNorm, RMSNorm, make_norm
+from minwiola.ffn import MLP, SwiGLU, swiglu_hidden
+from minwiola.model import ModelConfig, make_ffn, make_norm
+from minwiola.norm import LayerNorm, RMSNorm
 from minwiola.positions import (alibi_bias, alibi_bias_at, alibi_slopes, rope_coefficients, rope_frequencies, rotate,
                                 sinusoidal)
 
@@ -28,12 +29,14 @@ def test_norms_match_torch():
     with torch.no_grad():
         rms.weight.normal_(); ref.weight.copy_(rms.weight)
     assert torch.allclose(rms(x), ref(x), atol=1e-12)
+    cfg = ModelConfig(d=16)
+    object.__setattr__(cfg, "norm", "batchnorm")        # past the config's own check: the factory refuses it too
     with pytest.raises(ValueError, match="norm must be one of"):
-        make_norm("batchnorm", 16)
+        make_norm(cfg)
     # the model's norms take each class's defaults: torch's eps for LayerNorm (with its bias), 1e-6 for the RMS norms
-    layernorm = make_norm("layernorm", 16)
+    layernorm = make_norm(ModelConfig(d=16, norm="layernorm"))
     assert layernorm.eps == 1e-5 and layernorm.bias is not None
-    assert make_norm("rmsnorm", 16).eps == make_norm("wiola", 16).eps == 1e-6
+    assert make_norm(ModelConfig(d=16, norm="rmsnorm")).eps == make_norm(ModelConfig(d=16, norm="wiola")).eps == 1e-6
 
 
 def test_norm_eps_is_a_config_field_that_reaches_every_norm():
@@ -69,8 +72,10 @@ def test_ffns():
     for d in (16, 64, 100):
         swiglu, gelu = SwiGLU(d, swiglu_hidden(d, multiple_of=1)), MLP(d, 4 * d, bias=False)
         assert 0 <= n_params(swiglu) / n_params(gelu) - 1 <= 1 / (4 * d), d
+    cfg = ModelConfig(d=12, n_heads=3, d_ff=48, ffn_bias=True)
+    object.__setattr__(cfg, "ffn", "mixture")           # past the config's own check ("moe" is a kind, "mixture" not)
     with pytest.raises(ValueError, match="ffn must be one of"):
-        make_ffn("mixture", 12, 48, True)                 # "moe" is one since issue 19
+        make_ffn(cfg)
 
 
 def test_sinusoidal_table():

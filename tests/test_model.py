@@ -354,3 +354,66 @@ def test_bidirectional_model_refuses_what_needs_the_causal_order():
     model = LanguageModel(ModelConfig(vocab_size=50, context=16, d=32, n_heads=4, n_layers=2, causal=False))
     with pytest.raises(ValueError, match="no incremental"):
         model(torch.zeros(1, 3, dtype=torch.long), model.new_cache())
+
+
+@pytest.mark.parametrize("field, name", [("ffn", "tiny-llama"), ("norm", "tiny-llama"), ("norm_position", "tiny-llama"),
+                                         ("mixer", "tiny-llama"), ("qkv", "tiny-llama"), ("positions", "tiny-llama"),
+                                         ("positions", "tiny-ssm"), ("ssm_kind", "tiny-ssm"), ("gcla", "wiola-tiny"),
+                                         ("atm", "wiola-tiny")])
+def test_an_unknown_kind_is_refused_by_the_model_never_built_as_another(field, name):
+    cfg = preset(name)
+    object.__setattr__(cfg, field, "unheard-of")        # past the config's own check, as a new kind would be
+    with pytest.raises(ValueError, match="must be one of .*got 'unheard-of'"):
+        LanguageModel(cfg).train()(torch.zeros(1, 8, dtype=torch.long))
+
+
+def test_each_factory_and_the_ffn_width_refuse_an_unknown_kind():
+    from minwiola.model import make_ffn, make_mixer, make_norm, pre_norm
+    for field, build in [("ffn", make_ffn), ("ffn", lambda c: c.hidden), ("norm", make_norm), ("mixer", make_mixer),
+                         ("positions", make_mixer), ("norm_position", pre_norm)]:
+        cfg = preset("tiny-llama", d_ff=32)           # d_ff given: the width is still refused for an unknown ffn
+        object.__setattr__(cfg, field, "unheard-of")
+        with pytest.raises(ValueError, match=f"{field} must be one of .*got 'unheard-of'"):
+            build(cfg)
+
+
+def test_every_rule_of_the_table_refuses_with_its_own_message():
+    """One breaking config per rule of model.RULES and model.ENCDEC_RULES: each is refused with its own rule's
+    message, and no rule is left without a config that breaks it (a new rule needs one here)."""
+    import dataclasses
+    import types
+    from minwiola.encdec import check_config
+    from minwiola.model import ENCDEC_RULES, RULES
+    breaking = {"model": (RULES, ModelConfig, [
+        dict(mixer="ssm", positions="rope"), dict(mixer="ssm", positions="none", gcla="causal"),
+        dict(mixer="ssm", positions="none", atm="copy-forward"), dict(mixer="ssm", positions="none", qkv="unified"),
+        dict(mixer="ssm", positions="none", ssm_state=7), dict(gcla="causal", qkv="unified", d=48),
+        dict(atm="copy-forward", norm_position="post"), dict(positions="sinusoidal", d=63, n_heads=3),
+        dict(causal=False, gcla="causal"), dict(causal=False, atm="copy-forward"),
+        dict(causal=False, mixer="ssm", positions="none"), dict(causal=False, positions="alibi"), dict(moe_k=9)]),
+        "encdec": (ENCDEC_RULES, lambda **o: check_config(ModelConfig(**o)), [
+        dict(gcla="causal"), dict(atm="copy-forward"), dict(mixer="ssm", positions="none"), dict(positions="learned"),
+        dict(norm_position="post"), dict(ffn="moe"), dict(causal=False)])}
+    for rules, build, configs in breaking.values():
+        hit = set()
+        for overrides in configs:
+            with pytest.raises(ValueError) as refused:
+                build(**overrides)
+            values = types.SimpleNamespace(**{**dataclasses.asdict(ModelConfig()), **overrides})
+            broken = [i for i, (when, needs, message) in enumerate(rules)
+                      if when(values) and not needs(values) and message.format(c=values) == str(refused.value)]
+            assert len(broken) == 1, (overrides, str(refused.value))
+            hit |= set(broken)
+        assert hit == set(range(len(rules)))
+
+
+def test_block_mixer_is_the_registered_attn_so_saved_models_still_load():
+    from pathlib import Path
+    for name in ("tiny-llama", "tiny-ssm"):
+        model = LanguageModel(preset(name))
+        assert all(block.mixer is block.attn for block in model.blocks)
+        assert any(key.startswith("blocks.0.attn.") for key in model.state_dict())
+        assert not any(".mixer." in key for key in model.state_dict())
+    shipped = Path(__file__).parents[1] / "minwiola" / "assets" / "story-model"   # saved with blocks.N.attn.* keys
+    loaded = LanguageModel.from_pretrained(shipped)          # raises on any missing or unexpected tensor name
+    assert loaded.blocks[0].mixer is loaded.blocks[0].attn
