@@ -16,6 +16,7 @@ Every choice is a field of `ModelConfig`; an ablation is a different config, nev
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -442,12 +443,10 @@ class LanguageModel(nn.Module):
         seen = []
         layers = [self.blocks[i].norm1 for i in atm.atm_layers(len(self.blocks))]
         hooks = [norm.register_forward_hook(lambda module, args, out: seen.append(out)) for norm in layers]
-        was_training = self.training
         try:
-            self.eval()                               # a forward without merging
-            self(idx)
+            with evaluating(self):                    # a forward without merging
+                self(idx)
         finally:
-            self.train(was_training)
             for hook in hooks:
                 hook.remove()
         return torch.cat([atm.similarity(h) for h in seen])
@@ -564,6 +563,21 @@ def load_weights(model: nn.Module, path: Path, prefix: str = "") -> None:
     if problems:
         raise ValueError(f"checkpoint {path.parent} does not match its config: " + "; ".join(problems))
     model.load_state_dict(saved)
+
+
+@contextlib.contextmanager
+def evaluating(model):
+    """Within the block `model` is in eval mode (no dropout, no token merging); afterwards it is back in the mode it
+    was in, even when the block raised. Anything else (a function wrapping a model) passes through untouched."""
+    if not isinstance(model, nn.Module):
+        yield model
+        return
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:

@@ -89,7 +89,8 @@ import torch.distributed as dist
 
 from . import budget, data, diffusion, quick_mode, runs
 from .generate import check_seed, generate
-from .model import LanguageModel, ModelConfig, check_field_types, field_types, next_token_loss, preset
+from .model import (LanguageModel, ModelConfig, check_field_types, evaluating, field_types, next_token_loss,
+                    preset)
 from .runs import RunFolderError, plot_run, read_metrics  # noqa: F401 (lessons import them from here)
 from .tokenizer import default_tokenizer
 
@@ -271,12 +272,10 @@ def evaluate(model: LanguageModel, tokens: np.ndarray, block_size: int, nbytes: 
     from tqdm.auto import tqdm
     if len(tokens) < 2:
         raise ValueError(f"the held-out split has {len(tokens)} token(s): nothing to evaluate")
-    was_training = model.training
-    model.eval()
     nats, count, text_bytes = 0.0, 0, 0
     predicted = len(tokens) - 1 if max_windows is None else min(len(tokens) - 1, max_windows * block_size)
-    with tqdm(total=predicted, unit="tok", unit_scale=True, leave=False, disable=not progress,
-              desc="evaluating") as bar:
+    with evaluating(model), tqdm(total=predicted, unit="tok", unit_scale=True, leave=False, disable=not progress,
+                                 desc="evaluating") as bar:
         for window in data.stream_windows(tokens, block_size, batch, max_windows, overlap=1):
             x, y = window[:, :-1].to(device), window[:, 1:].to(device)
             logits = model(x)
@@ -284,7 +283,6 @@ def evaluate(model: LanguageModel, tokens: np.ndarray, block_size: int, nbytes: 
             count += y.numel()
             text_bytes += int(nbytes[y.cpu()].sum())
             bar.update(y.numel())
-    model.train(was_training)
     per_token = nats / count
     return {"nats_per_token": per_token, "perplexity": math.exp(per_token),
             "bits_per_byte": nats / math.log(2) / max(text_bytes, 1), "tokens": count, "bytes": text_bytes}

@@ -7,7 +7,7 @@ import torch
 
 from minwiola import data
 from minwiola.generate import generate, generate_ids, sample_next, top_p_filter
-from minwiola.model import PRESETS, LanguageModel, ModelConfig, initial_loss, preset
+from minwiola.model import PRESETS, LanguageModel, ModelConfig, evaluating, initial_loss, preset
 from minwiola.tokenizer import default_tokenizer
 
 def small(name: str) -> bool:
@@ -354,3 +354,18 @@ def test_bidirectional_model_refuses_what_needs_the_causal_order():
     model = LanguageModel(ModelConfig(vocab_size=50, context=16, d=32, n_heads=4, n_layers=2, causal=False))
     with pytest.raises(ValueError, match="no incremental"):
         model(torch.zeros(1, 3, dtype=torch.long), model.new_cache())
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_evaluating_puts_the_former_mode_back_even_after_an_error(training):
+    model = LanguageModel(preset("tiny-llama", dropout=0.1)).train(training)
+    with evaluating(model):
+        assert not model.training and not model.blocks[0].drop.training
+    assert model.training == training and model.blocks[0].drop.training == training
+    with pytest.raises(RuntimeError, match="mid-block"):
+        with evaluating(model):
+            raise RuntimeError("mid-block")
+    assert model.training == training and model.blocks[0].drop.training == training
+    function = lambda ids: model(ids)                    # not a module: passed through, nothing to switch
+    with evaluating(function) as same:
+        assert same is function and model.training == training
