@@ -44,6 +44,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import sha256_file
 from .corpus import builtin_stories
 from .tokenizer import EOT, Tokenizer, bytes_per_token, default_tokenizer, show_tokens
 
@@ -116,14 +117,6 @@ def split_files(split: str, folder: Path | None = None) -> list[Path]:
 def _check_split(split: str) -> None:
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def expected_sha256(path: Path) -> str | None:

@@ -87,7 +87,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from . import budget, data, diffusion, quick_mode, runs
+from . import budget, data, diffusion, first_line, quick_mode, runs
 from .generate import check_seed, generate
 from .model import (LanguageModel, ModelConfig, check_field_types, evaluating, field_types, next_token_loss,
                     preset)
@@ -193,9 +193,8 @@ def pick_device(name: str = "auto") -> torch.device:
             device = torch.device(name)
             torch.empty(1, device=device)                 # fails now if the machine lacks it, not mid-run
         except (RuntimeError, AssertionError) as e:
-            first = (str(e).strip() or type(e).__name__).splitlines()[0].split(". ")[0]
-            first = first if len(first) <= 100 else first[:97] + "..."
-            raise ValueError(f"--device {name}: not usable on this machine ({first}); try auto or cpu") from None
+            why = first_line(e, limit=100, sentence=True)
+            raise ValueError(f"--device {name}: not usable on this machine ({why}); try auto or cpu") from None
         return device
     if torch.cuda.is_available():
         return torch.device("cuda")
@@ -353,7 +352,7 @@ def first_pass(model: LanguageModel, forward, tokens: np.ndarray, cfg: TrainConf
     except OUT_OF_MEMORY:                           # returned, not raised: the error's frames would hold the memory
         return OOM
     except RuntimeError as e:                       # torch's and the compiler's errors (InductorError is one)
-        return runs.first_line(e)
+        return first_line(e)
     finally:
         model.zero_grad(set_to_none=True)
         runs.restore_random_states(saved, device, torch.Generator())
@@ -601,7 +600,7 @@ class Trainer:
             runs.restore_random_states(state, self.device, self.generator)
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
             raise RunFolderError(f"{self.out / 'checkpoint' / 'trainer_state.pt'} does not fit this run "
-                                 f"({runs.first_line(e)})") from None
+                                 f"({first_line(e)})") from None
         self.step, self.elapsed, self.best = state["step"], state["elapsed"], state["best"]
         if self.main:
             runs.forget_after(self.out, self.step, state["samples_bytes"])
@@ -921,7 +920,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         if lost_contact(e):                               # the cause is another process's, which says why
             return fail("lost contact with the other processes: one of them stopped (its own error says why)")
         traceback.print_exc()                             # the others must stop too: say which rank, and exit
-        return fail(f"{type(e).__name__}: {runs.first_line(e)}")
+        return fail(f"{type(e).__name__}: {first_line(e)}")
     if rank == 0:
         print(f"done: {trainer.step} steps, held-out {result['nats_per_token']:.4f} nats/token{bound(result)}, "
               f"perplexity {result['perplexity']:.2f}, {result['bits_per_byte']:.4f} bits/byte; best weights in "
