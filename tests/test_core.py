@@ -70,7 +70,7 @@ def test_ffns():
         swiglu, gelu = SwiGLU(d, swiglu_hidden(d, multiple_of=1)), MLP(d, 4 * d, bias=False)
         assert 0 <= n_params(swiglu) / n_params(gelu) - 1 <= 1 / (4 * d), d
     with pytest.raises(ValueError, match="ffn must be one of"):
-        make_ffn("mixture", 12, 48, True)                 # "moe" is one since issue 19
+        make_ffn("mixture", 12, 48, True)                 # "moe" is a kind; "mixture" is not
 
 
 def test_sinusoidal_table():

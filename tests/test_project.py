@@ -305,7 +305,7 @@ def test_readme_layouts_tables_come_from_results():
 
 
 def test_readme_real_size_tables_come_from_results():
-    """Issue 30: the scale table, the resume sentence and the recipes table are what the result files hold."""
+    """The scale table, the resume sentence and the recipes table are what the result files hold."""
     section = README.split("### The full download, at its real size")[1].split("\n## ")[0]
     scale = json.loads((ROOT / "results" / "scale_bench.json").read_text())
     assert not scale["partial"] and all(t.get("met") is not False for k, t in scale["targets"].items()

@@ -1,4 +1,4 @@
-"""Nothing a user owns is lost (issue 13): run-folder marker and lock, --overwrite only after every check, --resume
+"""Nothing a user owns is lost: run-folder marker and lock, --overwrite only after every check, --resume
 compares what decides the run, checkpoints checked on load, one `error:` line for every mistake a user can make."""
 import hashlib
 import json
