@@ -1,6 +1,8 @@
 """minwiola: a small language model course library, built lesson by lesson.
 
-Each module is one component (see the README's lesson table): `tokenizer`, `data`, `corpus`, ...
+Each module is one component (see the README's lesson table): `tokenizer`, `data`, `corpus`, ... The few helpers
+every module may need live here, standard library only, so that any module (the grader, which does not load torch,
+included) imports them without a cycle: `quick_mode`, `first_line`, `sha256_file`.
 """
 import hashlib
 import os
