@@ -30,6 +30,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .model import evaluating
+
 RULES = ("confidence", "random")
 
 
@@ -194,17 +196,15 @@ def evaluate(model, tokens: np.ndarray, block_size: int, nbytes: torch.Tensor, b
     with the Monte-Carlo draws: the ratio estimator's standard error, NaN with a single window). The random draws
     come from `seed`, so two evaluations of the same model agree exactly."""
     from .data import stream_windows
-    was_training = model.training
-    model.eval()
     generator = torch.Generator().manual_seed(seed)
     m = mask_id(model.config)
     nats, lengths, text_bytes = [], [], 0
-    for window in stream_windows(tokens, block_size, batch, max_windows, overlap=0):
-        x0 = window.to(device)
-        nats += (nll_bound(model, x0, m, draws, generator) * x0.shape[1]).tolist()   # nats per window
-        lengths += [x0.shape[1]] * x0.shape[0]
-        text_bytes += int(nbytes[window].sum())
-    model.train(was_training)
+    with evaluating(model):
+        for window in stream_windows(tokens, block_size, batch, max_windows, overlap=0):
+            x0 = window.to(device)
+            nats += (nll_bound(model, x0, m, draws, generator) * x0.shape[1]).tolist()   # nats per window
+            lengths += [x0.shape[1]] * x0.shape[0]
+            text_bytes += int(nbytes[window].sum())
     nats, lengths = np.array(nats), np.array(lengths, dtype=float)
     per_token = float(nats.sum() / lengths.sum())                # Python floats: they go into JSON and checkpoints
     n = len(nats)
@@ -302,21 +302,17 @@ def sample(model, x: torch.Tensor, steps: int, mask: int, rule: str = "confidenc
     if steps < len(edges):
         raise ValueError(f"steps={steps} is fewer than the {len(edges)} blocks to fill (block={block}): each block "
                          "needs at least one step")
-    was_training = getattr(model, "training", False)
-    if isinstance(model, torch.nn.Module):
-        model.eval()
     x, passes = x.clone(), 0
-    for (a, b), block_steps in zip(edges, reveal_counts(steps, len(edges))):
-        allowed = torch.zeros_like(x, dtype=torch.bool)
-        allowed[:, a:b] = True
-        per_row = [reveal_counts(int(n), block_steps) for n in (x[:, a:b] == mask).sum(1).tolist()]
-        for s in range(block_steps):
-            k = torch.tensor([counts[s] for counts in per_row], device=x.device)
-            if not bool(k.any()):
-                continue
-            x = unmask_step(x, model(x), k, mask, rule, temperature, generator, allowed)
-            passes += 1
-    if isinstance(model, torch.nn.Module):
-        model.train(was_training)
+    with evaluating(model):                             # a plain function (a wrapped model) is left as it is
+        for (a, b), block_steps in zip(edges, reveal_counts(steps, len(edges))):
+            allowed = torch.zeros_like(x, dtype=torch.bool)
+            allowed[:, a:b] = True
+            per_row = [reveal_counts(int(n), block_steps) for n in (x[:, a:b] == mask).sum(1).tolist()]
+            for s in range(block_steps):
+                k = torch.tensor([counts[s] for counts in per_row], device=x.device)
+                if not bool(k.any()):
+                    continue
+                x = unmask_step(x, model(x), k, mask, rule, temperature, generator, allowed)
+                passes += 1
     assert not bool((x == mask).any()), "a mask was left after the last step"
     return x, passes

@@ -148,3 +148,14 @@ def layer_contexts(previous: torch.Tensor | None, current: torch.Tensor) -> torc
     elif previous.shape[1] != current.shape[1]:          # a literal summary of a different call length cannot occur
         raise ValueError("summaries of two layers disagree in length")
     return torch.stack([previous, current], dim=2)
+
+
+def cross_layer_context(x: torch.Tensor, previous: torch.Tensor | None, kind: str, cache: GCLACache | None = None
+                        ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """One layer's step of the model's cross-layer bookkeeping, for the layer whose input is x (B, T, d):
+    (its context C^(l) (eq. 21), the summary of x (eq. 20), which the next layer gets as `previous`).
+    `kind` is the config's gcla: "off" gives (None, None), a layer without context; else the summary kind."""
+    if kind == "off":
+        return None, None
+    current = summarize(x, kind, cache)
+    return layer_contexts(previous, current), current

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from . import diffusion
-from .model import LanguageModel, ModelConfig
+from .model import LanguageModel, ModelConfig, evaluating
 from .runs import SUMS, build_model, verify_folder
 from .tokenizer import Tokenizer, default_tokenizer
 
@@ -127,25 +127,20 @@ def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, t
     if total > model.config.context:
         raise ValueError(f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) = {total} exceeds "
                          f"context={model.config.context}")
-    was_training = model.training
-    model.eval()
-    generator = torch.Generator(device=idx.device).manual_seed(seed)
-    cache = model.new_cache() if use_cache else None
-    logits = model(idx, cache)[:, -1, :n_ids]
-    if max_new_tokens == 0:
-        model.train(was_training)
-        return idx
-    done = torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
-    for step in range(max_new_tokens):
-        nxt = sample_next(logits, temperature, top_k, top_p, generator)
-        idx = torch.cat([idx, nxt[:, None]], dim=1)
-        if stop_id is not None:
-            done |= nxt == stop_id
-            if done.all():
-                break
-        if step + 1 < max_new_tokens:
-            logits = (model(nxt[:, None], cache) if use_cache else model(idx))[:, -1, :n_ids]
-    model.train(was_training)
+    with evaluating(model):
+        generator = torch.Generator(device=idx.device).manual_seed(seed)
+        cache = model.new_cache() if use_cache else None
+        logits = model(idx, cache)[:, -1, :n_ids]          # with max_new_tokens=0 still run: it checks the prompt
+        done = torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
+        for step in range(max_new_tokens):
+            nxt = sample_next(logits, temperature, top_k, top_p, generator)
+            idx = torch.cat([idx, nxt[:, None]], dim=1)
+            if stop_id is not None:
+                done |= nxt == stop_id
+                if done.all():
+                    break
+            if step + 1 < max_new_tokens:
+                logits = (model(nxt[:, None], cache) if use_cache else model(idx))[:, -1, :n_ids]
     return idx
 
 
@@ -202,11 +197,9 @@ def fill_stories(model: LanguageModel, tokenizer, idx: torch.Tensor, new_tokens:
 
     def known_ids_only(ids):                            # padding ids stand for no text: rule them out
         return model(ids).index_fill(-1, beyond, float("-inf"))
-    was_training = model.training
-    model.eval()
-    out, _ = diffusion.sample(known_ids_only, x, new_tokens, mask, "confidence", block, temperature,
-                              torch.Generator().manual_seed(seed))
-    model.train(was_training)
+    with evaluating(model):
+        out, _ = diffusion.sample(known_ids_only, x, new_tokens, mask, "confidence", block, temperature,
+                                  torch.Generator().manual_seed(seed))
     return out
 
 

@@ -52,6 +52,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from minwiola import first_line, sha256_file
 from minwiola.lesson import package_root
 
 LESSONS = package_root() / "lessons"
@@ -222,10 +223,6 @@ def strip_notebook(nb: dict, stem: str, names) -> dict:
     return nb
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _clear_own_folder(out: Path) -> None:
     """Remove a student edition this tool wrote, after checking that every file in it is one it wrote, unchanged
     (a student's work is never deleted); ClassroomError, touching nothing, otherwise."""
@@ -245,7 +242,7 @@ def _clear_own_folder(out: Path) -> None:
     for path in sorted(out.rglob("*")):
         name = path.relative_to(out).as_posix()
         if path.is_file() and name != MARKER and "__pycache__" not in path.parts and \
-                written.get(name) != _sha256(path):
+                written.get(name) != sha256_file(path):
             raise ClassroomError(f"{out / name} was added or changed after the student edition was written: "
                                  "nothing is touched; move the folder away or pick another one")
     shutil.rmtree(out)
@@ -263,7 +260,7 @@ def student_edition(out: Path, lessons: Path = LESSONS) -> list[Path]:
     for path in notebooks:
         nb = strip_notebook(read_notebook(path), path.stem, exercises_of(lessons, path.stem).values())
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    written = {p.relative_to(out).as_posix(): _sha256(p) for p in sorted(out.rglob("*")) if p.is_file()}
+    written = {p.relative_to(out).as_posix(): sha256_file(p) for p in sorted(out.rglob("*")) if p.is_file()}
     (out / MARKER).write_text(json.dumps(written, indent=1) + "\n")
     return notebooks
 
@@ -422,7 +419,7 @@ def _hooks(nb: dict) -> list[str]:
 
 
 def _digests(folder: Path, pattern: str = "*.py") -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): _sha256(p) for p in sorted(Path(folder).rglob(pattern))
+    return {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(Path(folder).rglob(pattern))
             if p.is_file() and "__pycache__" not in p.parts}
 
 
@@ -570,8 +567,7 @@ def _execute(book, work: Path, scratch: Path, timeout: float, hide: list[Path] |
             client.execute_cell(book.cells[-1], len(book.cells) - 1)
         return seconds, timed_out, ""
     except (DeadKernelError, CellTimeoutError) as e:            # os._exit, a crash, a kernel that never answers
-        first = (str(e).strip().splitlines() or [""])[0]
-        return time.monotonic() - start, timed_out, f"the kernel stopped ({type(e).__name__}: {first})"
+        return time.monotonic() - start, timed_out, f"the kernel stopped ({type(e).__name__}: {first_line(e)})"
     finally:
         sandbox.kill_new_children(before)
 

@@ -36,7 +36,8 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, Gener
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .model import LanguageModel, ModelConfig, load_weights, next_token_loss
-from .runs import build_model, first_line
+from . import first_line
+from .runs import build_model
 from .tokenizer import EOT, Tokenizer
 
 MODEL_TYPE = "wiola"

@@ -16,6 +16,7 @@ Every choice is a field of `ModelConfig`; an ablation is a different config, nev
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -33,7 +34,7 @@ from torch import nn
 from . import atm
 from .attention import ATTENTION_POSITIONS, IMPLS, QKV, KVCache, MultiHeadAttention, head_shape
 from .ffn import ACTIVATIONS, DSFF, FFNS, MLP, SwiGLU, swiglu_hidden
-from .gcla import GCLA, QUERIES, SUMMARIES, layer_contexts, summarize
+from .gcla import GCLA, QUERIES, SUMMARIES, cross_layer_context
 from .moe import MoE
 from .norm import NORMS, LayerNorm, RMSNorm, WiolaRMSNorm
 from .positions import POSITIONS, check_srpe, sinusoidal
@@ -486,6 +487,13 @@ class Block(nn.Module):
         out, self.last_slot = atm.merged_attention(self.attn, h, self.tau, self.merge_kind, context)
         return out
 
+    def stats(self) -> dict[str, float]:
+        """{"atm_mu": mu = 1 - T'/T (eq. 33)} of this layer's latest training forward when it merges tokens (the
+        trainer logs it: mu is measured, never assumed); {} otherwise."""
+        if self.merge_kind is None or self.last_slot is None:
+            return {}
+        return {"atm_mu": atm.merge_ratio(self.last_slot)}
+
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, context: torch.Tensor | None = None
                 ) -> torch.Tensor:
         if self.pre:
@@ -527,28 +535,30 @@ class LanguageModel(nn.Module):
         sum, an SSM's is its fixed-size state `ssm.SSMState`), for incremental decoding."""
         return [block.attn.new_cache(self.config.context) for block in self.blocks]
 
-    def merge_ratios(self) -> list[float]:
-        """mu = 1 - T'/T (eq. 33) of each merging layer's latest training forward, in layer order (empty without
-        ATM, or before the first training forward). The trainer logs these: mu is measured, never assumed."""
-        return [atm.merge_ratio(block.last_slot) for block in self.blocks
-                if block.merge_kind is not None and block.last_slot is not None]
+    def aux_loss(self) -> torch.Tensor:
+        """The sum of what the layers add to the training loss over their latest forward (each layer's
+        `added_loss(config)`: MoE's weighted balancing and z-losses, `moe.MoE`). The trainer adds it to the loss it
+        trains on, never to the reported loss. 0 when no layer adds one, or before a forward."""
+        added = [layer.added_loss(self.config) for layer in self.blocks.modules() if hasattr(layer, "added_loss")]
+        return sum((loss for loss in added if loss is not None), self.embed.weight.new_zeros(()))
+
+    def stats(self) -> dict[str, list]:
+        """What the layers measured in their latest forward, each statistic listed in layer order: every layer that
+        has a `stats()` reports its own (ATM's merging blocks "atm_mu"; MoE layers "moe_load", "moe_dropped").
+        The trainer logs this dict as it is; {} when no layer reports anything."""
+        out: dict[str, list] = {}
+        for layer in self.blocks.modules():
+            for name, value in (layer.stats() if hasattr(layer, "stats") else {}).items():
+                out.setdefault(name, []).append(value)
+        return out
 
     def moe_layers(self) -> list[MoE]:
         """The mixture-of-experts feed-forward layers, in layer order (empty unless ffn="moe")."""
         return [block.ffn for block in self.blocks if isinstance(block.ffn, MoE)]
 
-    def aux_loss(self) -> torch.Tensor:
-        """moe_aux * sum of L_bal + moe_z * sum of L_z over the MoE layers' latest forward (`moe.MoE`): what the
-        trainer adds to the training loss (never to the reported loss). 0 without MoE, or before a forward."""
-        total = self.embed.weight.new_zeros(())
-        for layer in self.moe_layers():
-            if layer.aux_loss is not None:
-                total = total + self.config.moe_aux * layer.aux_loss + self.config.moe_z * layer.z_loss
-        return total
-
     def moe_stats(self) -> dict[str, torch.Tensor]:
-        """The MoE layers' latest forward: {"moe_load": (layers, E) fraction of assignments per expert,
-        "moe_dropped": (layers,) fraction of assignments dropped}; empty without MoE or before a forward."""
+        """The MoE layers' latest forward as tensors (for analysis; the trainer logs `stats()`): {"moe_load":
+        (layers, E) fraction of assignments per expert, "moe_dropped": (layers,) fraction dropped}; {} without MoE."""
         layers = [layer for layer in self.moe_layers() if layer.load is not None]
         if not layers:
             return {}
@@ -562,12 +572,10 @@ class LanguageModel(nn.Module):
         seen = []
         layers = [self.blocks[i].norm1 for i in atm.atm_layers(len(self.blocks))]
         hooks = [norm.register_forward_hook(lambda module, args, out: seen.append(out)) for norm in layers]
-        was_training = self.training
         try:
-            self.eval()                               # a forward without merging
-            self(idx)
+            with evaluating(self):                    # a forward without merging
+                self(idx)
         finally:
-            self.train(was_training)
             for hook in hooks:
                 hook.remove()
         return torch.cat([atm.similarity(h) for h in seen])
@@ -593,10 +601,7 @@ class LanguageModel(nn.Module):
         previous = None                                     # GCLA: the summary of the previous layer's input
         for i, block in enumerate(self.blocks):
             layer_cache = cache[i] if cache else None
-            context = None
-            if self.config.gcla != "off":
-                current = summarize(x, self.config.gcla, layer_cache)           # eq. 20 (or its causal form)
-                context, previous = layer_contexts(previous, current), current  # eq. 21
+            context, previous = cross_layer_context(x, previous, self.config.gcla, layer_cache)  # GCLA: eqs. 20-21
             if self.activation_checkpointing and self.training and torch.is_grad_enabled():
                 x = torch.utils.checkpoint.checkpoint(block, x, layer_cache, context, use_reentrant=False)
             else:
@@ -676,6 +681,21 @@ def load_weights(model: nn.Module, path: Path, prefix: str = "") -> None:
     if problems:
         raise ValueError(f"checkpoint {path.parent} does not match its config: " + "; ".join(problems))
     model.load_state_dict(saved)
+
+
+@contextlib.contextmanager
+def evaluating(model):
+    """Within the block `model` is in eval mode (no dropout, no token merging); afterwards it is back in the mode it
+    was in, even when the block raised. Anything else (a function wrapping a model) passes through untouched."""
+    if not isinstance(model, nn.Module):
+        yield model
+        return
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:

@@ -69,8 +69,9 @@ experts loaded above its own average, and the push is zero at uniform load (f_e 
 logits small, where a softmax in low precision stays accurate; optional (weight 0 by default in the config).
 
 After each forward the layer keeps `aux_loss` (L_bal), `z_loss` (L_z), `load` (f, E numbers) and `dropped` (the
-fraction of the k N assignments dropped); the model adds moe_aux L_bal + moe_z L_z of every layer to the training
-loss (`model.LanguageModel.aux_loss`) and the trainer logs load and dropped.
+fraction of the k N assignments dropped). It reports them the way any layer with a loss or a statistic does:
+`added_loss(cfg)` is moe_aux L_bal + moe_z L_z, which the model sums over its layers into the training loss
+(`model.LanguageModel.aux_loss`), and `stats()` gives load and dropped, which the trainer logs.
 
 **Dispatch and its cost.** The layer loops over the experts: each gathers its tokens (`index_select`), runs on
 them, and adds its weighted output back in place (`index_add_`). The arithmetic is k N SwiGLUs plus the router's
@@ -157,3 +158,18 @@ class MoE(nn.Module):
         self.dropped = torch.tensor(dropped / max(chosen.numel(), 1))
         batch = shape[:-2] if x.dim() > 2 else ()
         return out.reshape(shape[-2], -1, d).transpose(0, 1).reshape(*batch, *shape[-2:])
+
+    def added_loss(self, cfg) -> torch.Tensor | None:
+        """What this layer adds to the training loss: cfg.moe_aux * L_bal + cfg.moe_z * L_z of the latest forward,
+        with their graph (None before any forward)."""
+        if self.aux_loss is None:
+            return None
+        return cfg.moe_aux * self.aux_loss + cfg.moe_z * self.z_loss
+
+    def stats(self) -> dict:
+        """The latest forward's {"moe_load": f (E numbers), "moe_dropped": the fraction of assignments dropped}, to
+        4 decimals (the trainer logs E numbers a layer at every step); {} before any forward."""
+        if self.load is None:
+            return {}
+        return {"moe_load": [round(f, 4) for f in self.load.float().tolist()],
+                "moe_dropped": round(self.dropped.float().item(), 4)}

@@ -32,8 +32,8 @@ from typing import Callable, TypeVar
 import numpy as np
 import torch
 
-from . import budget
-from .data import lock_file, sha256_file
+from . import budget, first_line, sha256_file
+from .data import lock_file
 from .model import ADDED_LATER, LanguageModel, ModelConfig
 
 MARKER = ".minwiola-run"
@@ -329,12 +329,6 @@ def trainer_state_problem(state) -> str | None:
     if wrong or state["step"] < 0 or state["samples_bytes"] < 0 or {"state", "param_groups"} - state["optimizer"].keys():
         return f"holds values of the wrong kind ({', '.join(wrong) or 'step, samples_bytes or optimizer'})"
     return None
-
-
-def first_line(error: BaseException, limit: int = 160) -> str:
-    """An exception's message cut to its first line (and `limit` characters), for a one-line error."""
-    text = (str(error).strip() or type(error).__name__).splitlines()[0]
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 # ------------------------------------------------------------------------------------------ building a model

@@ -12,8 +12,11 @@ The recipe is the Wiola paper's (eqs. 42-43):
   and is decayed;
 * gradients clipped to global norm 1.0;
 * a mixture of experts (ffn="moe", lesson 14) adds its weighted balancing and z-losses (`model.aux_loss()`) to the
-  loss it trains on; the logged train_loss and every evaluation stay pure cross-entropy, and each step's record
-  holds the added "aux_loss", each MoE layer's load per expert ("moe_load") and fraction dropped ("moe_dropped");
+  loss it trains on; the logged train_loss and every evaluation stay pure cross-entropy;
+* each step's record holds what the layers report (`model.stats()`, the mean over the step's micro-batches): with
+  MoE the added "aux_loss", each layer's load per expert ("moe_load") and fraction dropped ("moe_dropped"); with
+  ATM the merge ratio mu of each merging layer ("atm_mu"), whose mean since the last evaluation the evaluation
+  record holds too;
 * objective="diffusion" (lesson 15) trains a model without the causal mask as a masked-diffusion denoiser instead:
   the loss is `diffusion.training_loss` (the ELBO estimate on a training window), evaluation reports the ELBO's
   bound (`diffusion.evaluate`: the same keys, plus "bound" and "stderr_nats") and the sample story fills masks
@@ -82,19 +85,20 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from . import budget, data, diffusion, quick_mode, runs
+from . import budget, data, diffusion, first_line, quick_mode, runs
 from .generate import check_seed, generate
-from .model import LanguageModel, ModelConfig, check_field_types, field_types, next_token_loss, preset
+from .model import (LanguageModel, ModelConfig, check_field_types, evaluating, field_types, next_token_loss,
+                    preset)
 from .runs import RunFolderError, plot_run, read_metrics  # noqa: F401 (lessons import them from here)
 from .tokenizer import default_tokenizer
 
 
-OBJECTIVES = ("next-token", "diffusion")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}    # the precisions that train under autocast
 DDP_TIMEOUT = datetime.timedelta(minutes=30)    # the longest a rank waits for the others (rank 0 tokenising, ...)
@@ -152,7 +156,7 @@ class TrainConfig:
         if not (len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas)) or not self.eps > 0:
             raise ValueError(f"betas must be two numbers in [0, 1) and eps > 0, got {self.betas}, {self.eps}")
         if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+            raise ValueError(f"objective must be one of {tuple(OBJECTIVES)}, got {self.objective!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if not isinstance(self.overrides, dict):
@@ -192,9 +196,8 @@ def pick_device(name: str = "auto") -> torch.device:
             device = torch.device(name)
             torch.empty(1, device=device)                 # fails now if the machine lacks it, not mid-run
         except (RuntimeError, AssertionError) as e:
-            first = (str(e).strip() or type(e).__name__).splitlines()[0].split(". ")[0]
-            first = first if len(first) <= 100 else first[:97] + "..."
-            raise ValueError(f"--device {name}: not usable on this machine ({first}); try auto or cpu") from None
+            why = first_line(e, limit=100, sentence=True)
+            raise ValueError(f"--device {name}: not usable on this machine ({why}); try auto or cpu") from None
         return device
     if torch.cuda.is_available():
         return torch.device("cuda")
@@ -271,12 +274,10 @@ def evaluate(model: LanguageModel, tokens: np.ndarray, block_size: int, nbytes: 
     from tqdm.auto import tqdm
     if len(tokens) < 2:
         raise ValueError(f"the held-out split has {len(tokens)} token(s): nothing to evaluate")
-    was_training = model.training
-    model.eval()
     nats, count, text_bytes = 0.0, 0, 0
     predicted = len(tokens) - 1 if max_windows is None else min(len(tokens) - 1, max_windows * block_size)
-    with tqdm(total=predicted, unit="tok", unit_scale=True, leave=False, disable=not progress,
-              desc="evaluating") as bar:
+    with evaluating(model), tqdm(total=predicted, unit="tok", unit_scale=True, leave=False, disable=not progress,
+                                 desc="evaluating") as bar:
         for window in data.stream_windows(tokens, block_size, batch, max_windows, overlap=1):
             x, y = window[:, :-1].to(device), window[:, 1:].to(device)
             logits = model(x)
@@ -284,7 +285,6 @@ def evaluate(model: LanguageModel, tokens: np.ndarray, block_size: int, nbytes: 
             count += y.numel()
             text_bytes += int(nbytes[y.cpu()].sum())
             bar.update(y.numel())
-    model.train(was_training)
     per_token = nats / count
     return {"nats_per_token": per_token, "perplexity": math.exp(per_token),
             "bits_per_byte": nats / math.log(2) / max(text_bytes, 1), "tokens": count, "bytes": text_bytes}
@@ -295,16 +295,56 @@ def bound(result: dict) -> str:
     return " (ELBO bound)" if result.get("bound") else ""
 
 
-def moe_record(micro_batches: list[dict]) -> dict:
-    """A step's MoE numbers for its metrics record, each the mean over the step's micro-batches: "aux_loss" (what
-    was added to the loss), "moe_load" (per layer, the fraction of assignments each expert took) and "moe_dropped"
-    (per layer, the fraction dropped by the capacity limit). Empty for a model without MoE layers."""
-    if "moe_load" not in micro_batches[0]:
-        return {}
-    mean = {key: torch.stack([m[key] for m in micro_batches]).mean(0) for key in micro_batches[0]}
-    return {"aux_loss": mean["aux_loss"].item(),
-            "moe_load": [[round(f, 4) for f in layer] for layer in mean["moe_load"].tolist()],
-            "moe_dropped": [round(f, 4) for f in mean["moe_dropped"].tolist()]}
+def next_token_objective(forward, x: torch.Tensor, y: torch.Tensor, config: ModelConfig,
+                         generator: torch.Generator) -> torch.Tensor:
+    """A decoder's training loss: the mean next-token cross-entropy of the batch (eq. 42)."""
+    return next_token_loss(forward(x), y)
+
+
+def diffusion_objective(forward, x: torch.Tensor, y: torch.Tensor, config: ModelConfig,
+                        generator: torch.Generator) -> torch.Tensor:
+    """A masked-diffusion denoiser's training loss (lesson 15): the ELBO estimate on the windows x, which are x_0
+    themselves (y is not used), masked with draws from the data generator."""
+    return diffusion.training_loss(forward, x, diffusion.mask_id(config), generator)
+
+
+def next_token_evaluation(model: LanguageModel, tokens: np.ndarray, cfg: TrainConfig, nbytes: torch.Tensor,
+                          device: torch.device, progress: bool) -> dict:
+    """A decoder's exact held-out figures (`evaluate`)."""
+    return evaluate(model, tokens, cfg.block_size, nbytes, cfg.eval_batch, device, cfg.eval_max_windows, progress)
+
+
+def diffusion_evaluation(model: LanguageModel, tokens: np.ndarray, cfg: TrainConfig, nbytes: torch.Tensor,
+                         device: torch.device, progress: bool) -> dict:
+    """A denoiser's held-out ELBO bound (`diffusion.evaluate`: the same keys, plus "bound" and "stderr_nats")."""
+    return diffusion.evaluate(model, tokens, cfg.block_size, nbytes, cfg.eval_batch, device, cfg.eval_max_windows)
+
+
+class Objective(NamedTuple):
+    """What the training objective decides in a run; the trainer picks one from OBJECTIVES when it starts."""
+
+    loss: Callable            # (forward, x, y, model config, generator) -> the batch's training loss
+    evaluate: Callable        # (model, held-out tokens, TrainConfig, nbytes, device, progress) -> evaluation dict
+    context_tokens: int       # held-out tokens read beyond those scored (a decoder's first token is context only)
+
+
+OBJECTIVES = {"next-token": Objective(next_token_objective, next_token_evaluation, 1),
+              "diffusion": Objective(diffusion_objective, diffusion_evaluation, 0)}
+EVALUATION_MEANS = ("atm_mu",)   # layer statistics an evaluation record also holds, as the mean since the last one
+
+
+def mean_stats(records: list[dict]) -> dict:
+    """Each statistic's mean over `records` (dicts of numbers, or of lists of them as `LanguageModel.stats` gives);
+    a statistic missing from some records is averaged over those that have it."""
+    names = dict.fromkeys(name for record in records for name in record)
+    return {name: average([record[name] for record in records if name in record]) for name in names}
+
+
+def average(values: list):
+    """The mean of numbers, or of equally long lists of them element by element."""
+    if isinstance(values[0], list):
+        return [average(list(column)) for column in zip(*values)]
+    return sum(values) / len(values)
 
 
 OUT_OF_MEMORY = (getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError), MemoryError)
@@ -355,7 +395,7 @@ def first_pass(model: LanguageModel, forward, tokens: np.ndarray, cfg: TrainConf
     except OUT_OF_MEMORY:                           # returned, not raised: the error's frames would hold the memory
         return OOM
     except RuntimeError as e:                       # torch's and the compiler's errors (InductorError is one)
-        return runs.first_line(e)
+        return first_line(e)
     finally:
         model.zero_grad(set_to_none=True)
         runs.restore_random_states(saved, device, torch.Generator())
@@ -533,8 +573,9 @@ class Trainer:
         self.nbytes = token_bytes(self.tokenizer)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.step, self.elapsed, self.best = 0, 0.0, math.inf
-        self.mu_steps: list[list[float]] = []            # ATM's mu per merging layer, each step since the last eval
-        self.moe_step: dict = {}                          # the last step's MoE aux loss, loads, drops (empty: none)
+        self.objective = OBJECTIVES[cfg.objective]        # its training loss and its evaluation
+        self.logs_aux = any(hasattr(layer, "added_loss") for layer in self.model.modules())   # MoE: log "aux_loss"
+        self.step_stats: list[dict] = []                  # each step's layer statistics since the last evaluation
         self.record = {"train": json.loads(json.dumps(dataclasses.asdict(cfg))),     # tuples -> lists, as stored
                        "model": dataclasses.asdict(model_cfg),
                        "tokenizer": {"sha256": self.tokenizer.hash(), "vocab_size": self.tokenizer.vocab_size},
@@ -603,7 +644,7 @@ class Trainer:
             runs.restore_random_states(state, self.device, self.generator)
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
             raise RunFolderError(f"{self.out / 'checkpoint' / 'trainer_state.pt'} does not fit this run "
-                                 f"({runs.first_line(e)})") from None
+                                 f"({first_line(e)})") from None
         self.step, self.elapsed, self.best = state["step"], state["elapsed"], state["best"]
         if self.main:
             runs.forget_after(self.out, self.step, state["samples_bytes"])
@@ -631,21 +672,18 @@ class Trainer:
         for group in self.opt.param_groups:
             group["lr"] = lr
         self.model.train()
-        total, moe = 0.0, []
+        total, stats = 0.0, []
         for i in range(cfg.grad_accum):
             x, y = self.next_batch()
             last = self.world == 1 or i == cfg.grad_accum - 1
             with contextlib.nullcontext() if last else self.step_forward.no_sync():
                 with autocast(self.precision, self.device):
-                    if cfg.objective == "diffusion":      # the window itself is x_0; y is not used
-                        loss = diffusion.training_loss(self.step_forward, x, diffusion.mask_id(self.model.config),
-                                                       self.generator)
-                    else:
-                        loss = next_token_loss(self.step_forward(x), y)
-                aux = self.model.aux_loss()               # MoE's balancing (+ z) losses, weighted; 0 without MoE
+                    loss = self.objective.loss(self.step_forward, x, y, self.model.config, self.generator)
+                aux = self.model.aux_loss()               # what layers add (MoE's weighted balancing losses), or 0
                 self.scaler.scale((loss + aux) / cfg.grad_accum).backward()   # fp16: scaled against underflow
             total += loss.item() / cfg.grad_accum
-            moe.append({"aux_loss": aux.detach().float().cpu(), **self.model.moe_stats()})
+            measured = self.model.stats()                 # what the layers report: ATM's mu, MoE's loads, ...
+            stats.append({"aux_loss": aux.item(), **measured} if self.logs_aux else measured)
         self.scaler.unscale_(self.opt)                    # the true gradients, for clipping
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
         if not (math.isfinite(total) and (math.isfinite(norm.item()) or self.overflow_allowed())):
@@ -655,8 +693,7 @@ class Trainer:
         self.scaler.update()
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
-        self.mu_steps.append(self.model.merge_ratios())  # ATM's merge ratio per merging layer (empty without ATM)
-        self.moe_step = moe_record(moe)
+        self.step_stats.append(mean_stats(stats))        # ATM's mu, MoE's loads...: the micro-batches' mean
         return total
 
     def overflow_allowed(self) -> bool:
@@ -670,15 +707,11 @@ class Trainer:
         n = self.cfg.eval_tokens
         if n is None:
             return self.valid_tokens
-        return self.valid_tokens[:n + (self.cfg.objective == "next-token")]
+        return self.valid_tokens[:n + self.objective.context_tokens]
 
     def evaluate_and_sample(self) -> dict:
-        if self.cfg.objective == "diffusion":             # the bound
-            result = diffusion.evaluate(self.model, self.held_out(), self.cfg.block_size, self.nbytes,
-                                        self.cfg.eval_batch, self.device, self.cfg.eval_max_windows)
-        else:                                             # exact
-            result = evaluate(self.model, self.held_out(), self.cfg.block_size, self.nbytes, self.cfg.eval_batch,
-                              self.device, self.cfg.eval_max_windows, progress=self.progress and not self.quiet)
+        result = self.objective.evaluate(self.model, self.held_out(), self.cfg, self.nbytes, self.device,
+                                         self.progress and not self.quiet)
         story = generate(self.model, self.tokenizer, self.cfg.prompt, self.cfg.sample_tokens, seed=0)
         with open(self.out / "samples.txt", "a") as f:
             f.write(f"--- step {self.step}, held-out {result['nats_per_token']:.3f} nats/token{bound(result)}\n"
@@ -690,11 +723,11 @@ class Trainer:
                               {"eval.json": lambda path: path.write_text(record)})
         return result
 
-    def mean_merge_ratios(self) -> dict:
-        """{"atm_mu": [mean mu of each merging layer over the steps since the last evaluation]} (empty without
-        ATM). After a resume the mean covers the steps since the resume."""
-        steps, self.mu_steps = [m for m in self.mu_steps if m], []
-        return {"atm_mu": [sum(layer) / len(steps) for layer in zip(*steps)]} if steps else {}
+    def evaluation_means(self) -> dict:
+        """The EVALUATION_MEANS statistics (ATM's mu of each merging layer), each averaged over the steps since the
+        last evaluation ({} for a model that reports none). After a resume the mean covers the steps since it."""
+        steps, self.step_stats = self.step_stats, []
+        return mean_stats([{name: step[name] for name in EVALUATION_MEANS if name in step} for step in steps])
 
     def request_stop(self, signum=None, frame=None) -> None:
         """Ctrl-C during `run`: finish the current step, save a checkpoint, stop. A second Ctrl-C stops at once."""
@@ -758,8 +791,7 @@ class Trainer:
                 self.elapsed += seconds
                 record = {"step": self.step, "tokens": self.step * tokens_per_step, "train_loss": loss,
                           "lr": self.opt.param_groups[0]["lr"], "tokens_per_s": tokens_per_step / seconds,
-                          "elapsed_s": self.elapsed, **({"atm_mu": self.mu_steps[-1]} if self.mu_steps[-1] else {}),
-                          **self.moe_step}
+                          "elapsed_s": self.elapsed, **self.step_stats[-1]}
                 if self.main:
                     runs.append_metrics(self.out, record)
                 bar.update(min(round(self.elapsed) - bar.n, bar.total - bar.n) if by_clock else 1)
@@ -779,7 +811,7 @@ class Trainer:
         checkpoint, and say so."""
         last = self.evaluate_and_sample()
         runs.append_metrics(self.out, {"step": self.step, "tokens": self.step * tokens_per_step,
-                                       "elapsed_s": self.elapsed, **self.mean_merge_ratios(),
+                                       "elapsed_s": self.elapsed, **self.evaluation_means(),
                                        **{f"valid_{k}": v for k, v in last.items()},
                                        "precision": self.precision, "world_size": self.world})
         self.save_checkpoint()
@@ -923,7 +955,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         if lost_contact(e):                               # the cause is another process's, which says why
             return fail("lost contact with the other processes: one of them stopped (its own error says why)")
         traceback.print_exc()                             # the others must stop too: say which rank, and exit
-        return fail(f"{type(e).__name__}: {runs.first_line(e)}")
+        return fail(f"{type(e).__name__}: {first_line(e)}")
     if rank == 0:
         print(f"done: {trainer.step} steps, held-out {result['nats_per_token']:.4f} nats/token{bound(result)}, "
               f"perplexity {result['perplexity']:.2f}, {result['bits_per_byte']:.4f} bits/byte; best weights in "

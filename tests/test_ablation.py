@@ -1,4 +1,4 @@
-"""benchmarks/ablation.py's design (issue 15): every part in both directions, DSFF at equal parameters, the rule."""
+"""benchmarks/ablation.py's design: every part in both directions, DSFF at equal parameters, the rule."""
 import pytest
 
 from benchmarks import ablation

@@ -30,7 +30,7 @@ def test_analytic_count_follows_every_switch(overrides):
 
 def test_cs336_baseline_holds_as_many_parameters_as_wiola():
     wiola, llama = count_params(preset("wiola-cs336")), count_params(preset("llama-cs336"))
-    assert abs(llama - wiola) / wiola < 0.005            # "Wiola's step at equal parameters" (issue 7)
+    assert abs(llama - wiola) / wiola < 0.005            # equal parameters: the baseline differs in design only
     assert preset("llama-cs336").d == preset("wiola-cs336").d == 512
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/convergence.py's design (issue 33): the arms hold equal parameters, each rate is chosen on a seed that is
+"""benchmarks/convergence.py's design: the arms hold equal parameters, each rate is chosen on a seed that is
 never reported (the grid growing at an edge), and a tiny run end to end resumes, reuses and says when it is partial."""
 import argparse
 import json

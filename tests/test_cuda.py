@@ -1,4 +1,4 @@
-"""The trainer's CUDA path end to end (issues 15, 30): autocast in the run's precision (auto: bf16 where the GPU has
+"""The trainer's CUDA path end to end: autocast in the run's precision (auto: bf16 where the GPU has
 it, else fp16; fp16 with its gradient scaler), TF32, the fused AdamW, torch.compile, the first batch's forward and
 backward, checkpoint and resume, generation. Skipped without a GPU; run it on one with
 `python -m pytest tests/test_cuda.py`. The CPU runs every one of these branches too (tests/test_train.py)."""

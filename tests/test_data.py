@@ -205,7 +205,7 @@ def test_one_split_of_the_sample_is_not_called_the_sample(env, monkeypatch, caps
     assert data.describe_source() == "TinyStories (train-000.txt.gz, train-001.txt.gz, valid.txt.gz)"
 
 
-# ------------------------------------------------------------------------------ the streaming cache (issue 30)
+# ----------------------------------------------------------------- the streaming cache (the full download)
 def story_by_story(stories, tok) -> list[int]:
     """What `tokens` promises: each story's ids, then <|endoftext|>."""
     return [i for story in stories for i in tok.encode(story) + [tok.eot_id]]

@@ -1,4 +1,4 @@
-"""Several processes (issue 30): `torchrun --nproc_per_node=N -m minwiola.train ...` with DistributedDataParallel,
+"""Several processes: `torchrun --nproc_per_node=N -m minwiola.train ...` with DistributedDataParallel,
 tested on the CPU with gloo by launching real processes (`python -m torch.distributed.run --standalone`).
 
 The design these tests hold the trainer to: --batch-size is the global batch; every rank draws the same windows and

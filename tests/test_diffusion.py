@@ -1,4 +1,4 @@
-"""Masked discrete diffusion (issue 20): the forward process, the ELBO loss and its bound, the unmasking sampler."""
+"""Masked discrete diffusion (lesson 15): the forward process, the ELBO loss and its bound, the unmasking sampler."""
 import itertools
 import math
 

@@ -1,4 +1,4 @@
-"""benchmarks/diffusion_bench.py's design (issue 20): the arms' parameters (equal up to the [MASK] row), the quality
+"""benchmarks/diffusion_bench.py's design: the arms' parameters (equal up to the [MASK] row), the quality
 proxies by hand, the rule on a bound against an exact value, resumable partial results, and a tiny run end to end."""
 import dataclasses
 import json

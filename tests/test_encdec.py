@@ -1,4 +1,4 @@
-"""Cross-attention and the encoder-decoder (issue 20): cross-attention against a hand computation, what it ignores
+"""Cross-attention and the encoder-decoder (lesson 15): cross-attention against a hand computation, what it ignores
 (the order of the source) and what it does not (any source token), the decoder's causality and the encoder's lack
 of it, T5-style span corruption and its inverse, the parameter count, learning, and bad input."""
 import math

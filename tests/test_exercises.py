@@ -1,4 +1,4 @@
-"""Every exercise self-check, three ways (issue 15/16): the solution passes, the untouched stub is "not attempted
+"""Every exercise self-check, three ways: the solution passes, the untouched stub is "not attempted
 yet", and a plausible wrong answer fails with a message that says what is wrong."""
 import importlib
 import sys
@@ -148,7 +148,8 @@ LESSON11_NAMED = [("dsff_widths", 1, "positive integers"), ("dsff_widths", 2, "s
 
 @pytest.mark.parametrize("name,i,words", LESSON11_NAMED, ids=[f"lesson11-{n}-{i}" for n, i, _ in LESSON11_NAMED])
 def test_lesson11_mistakes_are_named(name, i, words):
-    """Lesson 11's checks name each listed mistake (i = 0: WRONG, then ALSO_WRONG in order): issue 32."""
+    """Lesson 11's checks name each listed mistake (i = 0: WRONG, then ALSO_WRONG in order), so a
+    learner's mistake gets its own hint, not a generic failure."""
     lesson, solutions = (importlib.import_module(f"exercises.{m}") for m in ("lesson11", "solutions.lesson11"))
     n = {name: n for n, name in lesson.EXERCISES.items()}[name]
     wrong = [solutions.WRONG.get(name)] + solutions.ALSO_WRONG[name]

@@ -1,4 +1,4 @@
-"""benchmarks/extrapolation.py's design (issue 17): equal models but the encoding, a stretched model that is the
+"""benchmarks/extrapolation.py's design: equal models but the encoding, a stretched model that is the
 trained one on trained lengths, the loss per position, the stated rule."""
 import pytest
 import torch

@@ -9,7 +9,7 @@ import torch
 
 from minwiola import atm
 from minwiola.attention import KVCache, MultiHeadAttention
-from minwiola.gcla import GCLA, GCLACache, context_attention, layer_contexts, summarize
+from minwiola.gcla import GCLA, GCLACache, context_attention, cross_layer_context, layer_contexts, summarize
 from minwiola.model import LanguageModel, preset
 from minwiola.positions import alibi_bias, alibi_slopes, rotate
 
@@ -319,3 +319,12 @@ def test_atm_similarities_read_the_normed_input_of_the_middle_layers():
         expected = atm.similarity(model.blocks[1].norm1(h))
     model.train()
     assert torch.allclose(model.atm_similarities(idx), expected, atol=1e-6) and model.training
+
+
+def test_cross_layer_context_chains_the_summaries_from_layer_to_layer():
+    x0, x1 = torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(2, 5, 8, dtype=torch.float64)
+    assert cross_layer_context(x0, None, "off") == (None, None)           # GCLA off: no context, nothing to pass on
+    context0, passed = cross_layer_context(x0, None, "causal")
+    assert torch.equal(context0, layer_contexts(None, summarize(x0))) and torch.equal(passed, summarize(x0))
+    context1, _ = cross_layer_context(x1, passed, "causal")                # layer 1: [summary of x0; of x1], eq. 21
+    assert torch.equal(context1, torch.stack([summarize(x0), summarize(x1)], dim=2))

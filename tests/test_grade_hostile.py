@@ -1,4 +1,4 @@
-"""The grader against hostile submissions and careless input (the reliability review's probes, issue 31).
+"""The grader against hostile submissions and careless input (the probes of a reliability review).
 
 The notebooks here attack the grader as a student could: rewrite the real checks, read the solutions, delete the
 instructor's files, leave a process running, forge the verdict line through an IPython input transformer, print

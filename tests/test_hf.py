@@ -1,4 +1,4 @@
-"""The Hugging Face extra (minwiola.hf, issue 22): equal logits, equal greedy ids, tokenizer parity, the chat template,
+"""The Hugging Face extra (minwiola.hf): equal logits, equal greedy ids, tokenizer parity, the chat template,
 conversion both ways, offline. Skipped as a whole when `transformers` is not installed (the core does not need it)."""
 import json
 import os

@@ -1,4 +1,4 @@
-"""benchmarks/layouts_bench.py's design (issue 20): the two arms hold equal parameters, the decoder-only arm's loss
+"""benchmarks/layouts_bench.py's design: the two arms hold equal parameters, the decoder-only arm's loss
 is taken on the target positions only, both greedy decoders are plain argmax loops, the held-out pairs are fixed,
 and a tiny run end to end: results, resume after a kill, --evaluate-only."""
 import json

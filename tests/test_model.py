@@ -7,7 +7,7 @@ import torch
 
 from minwiola import data
 from minwiola.generate import generate, generate_ids, sample_next, top_p_filter
-from minwiola.model import PRESETS, LanguageModel, ModelConfig, initial_loss, preset
+from minwiola.model import PRESETS, LanguageModel, ModelConfig, evaluating, initial_loss, preset
 from minwiola.tokenizer import default_tokenizer
 
 def small(name: str) -> bool:
@@ -417,3 +417,18 @@ def test_block_mixer_is_the_registered_attn_so_saved_models_still_load():
     shipped = Path(__file__).parents[1] / "minwiola" / "assets" / "story-model"   # saved with blocks.N.attn.* keys
     loaded = LanguageModel.from_pretrained(shipped)          # raises on any missing or unexpected tensor name
     assert loaded.blocks[0].mixer is loaded.blocks[0].attn
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_evaluating_puts_the_former_mode_back_even_after_an_error(training):
+    model = LanguageModel(preset("tiny-llama", dropout=0.1)).train(training)
+    with evaluating(model):
+        assert not model.training and not model.blocks[0].drop.training
+    assert model.training == training and model.blocks[0].drop.training == training
+    with pytest.raises(RuntimeError, match="mid-block"):
+        with evaluating(model):
+            raise RuntimeError("mid-block")
+    assert model.training == training and model.blocks[0].drop.training == training
+    function = lambda ids: model(ids)                    # not a module: passed through, nothing to switch
+    with evaluating(function) as same:
+        assert same is function and model.training == training

@@ -1,4 +1,4 @@
-"""Mixture of experts (issue 19, lesson 14): the layer reduces to a dense FFN where it should, the router learns, the
+"""Mixture of experts (lesson 14): the layer reduces to a dense FFN where it should, the router learns, the
 balancing loss is minimal at uniform load, capacity drops exactly the later tokens, the model stays causal and
 decodes, the trainer adds the auxiliary loss and logs the load, the budget counts total and active parameters."""
 import json
@@ -346,8 +346,38 @@ def test_a_moe_saves_and_loads_and_old_configs_still_load(tmp_path):
     assert LanguageModel(preset("tiny-llama")).aux_loss().item() == 0 and model.aux_loss().item() > 0
     LanguageModel(preset("tiny-llama")).save_pretrained(tmp_path / "old")
     config = json.loads((tmp_path / "old" / "config.json").read_text())
-    for name in ("moe_experts", "moe_k", "moe_capacity", "moe_aux", "moe_z"):    # a config.json from before issue 19
+    for name in ("moe_experts", "moe_k", "moe_capacity", "moe_aux", "moe_z"):    # saved before MoE existed
         del config[name]
     (tmp_path / "old" / "config.json").write_text(json.dumps(config))
     assert LanguageModel.from_pretrained(tmp_path / "old").config == preset("tiny-llama")
     assert isinstance(ModelConfig(ffn="moe").hidden, int) and ModelConfig(ffn="moe").hidden == ModelConfig().hidden
+
+
+def test_the_model_gathers_what_its_layers_report_without_knowing_them():
+    """The layer protocol: any layer with `stats()` or `added_loss(config)` is collected, in layer order."""
+    model = LanguageModel(preset("tiny-moe", vocab_size=64, context=16))
+    assert model.stats() == {} and model.aux_loss().item() == 0                 # before a forward: nothing
+    model(torch.randint(0, 64, (2, 8)))
+    stats, layers = model.stats(), model.moe_layers()
+    assert stats["moe_load"] == [[round(f, 4) for f in layer.load.tolist()] for layer in layers]
+    assert stats["moe_dropped"] == [round(layer.dropped.item(), 4) for layer in layers]
+    cfg = model.config
+    by_hand = sum(cfg.moe_aux * layer.aux_loss + cfg.moe_z * layer.z_loss for layer in layers)
+    assert torch.allclose(model.aux_loss(), by_hand, rtol=1e-6, atol=0)
+
+    class Counter(torch.nn.Module):                     # a new kind of layer: the model needs no change
+        def forward(self, x):
+            self.seen = x.shape[1]
+            return x
+
+        def stats(self):
+            return {"tokens_seen": self.seen}
+
+        def added_loss(self, config):
+            return torch.tensor(0.5)
+
+    model.blocks[1].ffn = torch.nn.Sequential(model.blocks[1].ffn, Counter())
+    model(torch.randint(0, 64, (2, 8)))
+    assert model.stats()["tokens_seen"] == [8] and len(model.stats()["moe_load"]) == 2
+    assert torch.allclose(model.aux_loss(), sum(cfg.moe_aux * layer.aux_loss + cfg.moe_z * layer.z_loss
+                                                for layer in layers) + 0.5, rtol=1e-6, atol=0)

@@ -1,4 +1,4 @@
-"""benchmarks/moe_bench.py's design (issue 19): the arms hold the parameters they claim (equal active, equal total),
+"""benchmarks/moe_bench.py's design: the arms hold the parameters they claim (equal active, equal total),
 the stated rule, the look inside (per-expert token counts), and a tiny run end to end."""
 import json
 

@@ -319,7 +319,7 @@ def test_layouts_tables_come_from_results():
 
 
 def test_real_size_tables_come_from_results():
-    """Issue 30: the scale table, the resume sentence (docs/data.md) and the recipes table (docs/training.md) are
+    """The scale table, the resume sentence (docs/data.md) and the recipes table (docs/training.md) are
     what the result files hold."""
     section = DATA.split("## The full download, at its real size")[1].split("\n## ")[0]
     scale = json.loads((ROOT / "results" / "scale_bench.json").read_text())

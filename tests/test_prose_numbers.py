@@ -1,4 +1,4 @@
-"""Every number a lesson's text states comes from a cell: no typed number can go stale (issue 32).
+"""Every number a lesson's text states comes from a cell: no typed number can go stale.
 
 For each lesson, the numbers in its markdown are read (math between $...$ and `code` left out: those are formulas
 and names, not measurements) and each must appear, at the precision the sentence gives it, among:

@@ -1,4 +1,4 @@
-"""benchmarks/recipes.py (issue 30): each recipe is exactly the trainer command it prints, what needs a GPU is owed on a
+"""benchmarks/recipes.py: each recipe is exactly the trainer command it prints, what needs a GPU is owed on a
 CPU (never guessed), the CPU recipe's loss on the sample is read from the story model's own run, and a timed run goes
 through the real trainer."""
 import json

@@ -1,5 +1,5 @@
-"""Edge cases from issue 13: dtypes of the stored tables, a refused cache call, empty batches, sampling from broken
-logits, and overlapping special tokens. Each test names the promise it keeps."""
+"""Edge cases a careless or unlucky user meets: dtypes of the stored tables, a refused cache call, empty batches,
+sampling from broken logits, and overlapping special tokens. Each test names the promise it keeps."""
 import pytest
 import torch
 

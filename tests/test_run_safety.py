@@ -1,5 +1,6 @@
-"""Nothing a user owns is lost (issue 13): run-folder marker and lock, --overwrite only after every check, --resume
+"""Nothing a user owns is lost: run-folder marker and lock, --overwrite only after every check, --resume
 compares what decides the run, checkpoints checked on load, one `error:` line for every mistake a user can make."""
+import hashlib
 import json
 import math
 import os
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from minwiola import runs, train
+from minwiola import data, first_line, grade, runs, sha256_file, train
 from minwiola.model import LanguageModel, preset
 from minwiola.train import Trainer
 from test_train import small_data, tiny  # noqa: F401 (a fixture and a helper shared with the trainer tests)
@@ -570,3 +571,19 @@ def test_a_runs_loss_figure_is_titled_by_preset_and_data_not_by_folder_alone(tmp
     assert runs.run_title(tmp_path) == f"llama-style on TinyStories sample (run folder {tmp_path.name})"
     (tmp_path / "config.json").write_text("{not json")
     assert runs.run_title(tmp_path) == tmp_path.name       # a damaged config: the folder's name, no traceback
+
+
+def test_first_line_keeps_one_line_one_sentence_and_a_limit():
+    error = RuntimeError("CUDA error: no device. Compile with TORCH_USE_CUDA_DSA.\nmore detail")
+    assert first_line(error) == "CUDA error: no device. Compile with TORCH_USE_CUDA_DSA."
+    assert first_line(error, sentence=True) == "CUDA error: no device"
+    assert first_line(error, limit=12) == "CUDA erro..."
+    assert first_line(KeyError()) == "KeyError"                      # no message: the type's name
+    assert runs.first_line is first_line                             # one implementation, every module's
+
+
+def test_one_sha256_for_data_runs_and_the_grader(tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(range(256)) * 5000)                       # more than one 1 MiB read
+    assert sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert data.sha256_file is runs.sha256_file is grade.sha256_file is sha256_file

@@ -1,4 +1,4 @@
-"""benchmarks/scale_bench.py's design (issue 30): the synthetic corpus is the official format at the requested size,
+"""benchmarks/scale_bench.py's design: the synthetic corpus is the official format at the requested size,
 the work folder is the only thing it deletes, the memory sampler counts a step's children, and a tiny run measures
 every step end to end."""
 import hashlib

@@ -1,4 +1,4 @@
-"""State-space models (issue 18, lesson 13): the three views agree, the discretisations converge at their orders
+"""State-space models (lesson 13): the three views agree, the discretisations converge at their orders
 and keep a stable system stable, the layer is causal and decodes with a fixed-size state, the budget counts it."""
 import dataclasses
 import json
@@ -328,7 +328,7 @@ def test_an_ssm_saves_and_loads_and_old_configs_still_load(tmp_path):
     assert torch.equal(loaded(x), model(x))
     LanguageModel(preset("tiny-llama")).save_pretrained(tmp_path / "old")
     config = json.loads((tmp_path / "old" / "config.json").read_text())
-    for name in ("mixer", "ssm_state", "ssm_kind"):                  # a config.json from before issue 18
+    for name in ("mixer", "ssm_state", "ssm_kind"):                  # saved before SSMs existed
         del config[name]
     (tmp_path / "old" / "config.json").write_text(json.dumps(config))
     assert LanguageModel.from_pretrained(tmp_path / "old").config == preset("tiny-llama")

@@ -1,4 +1,4 @@
-"""benchmarks/ssm_bench.py's design (issue 18): the arms hold equal parameters, the recall probe picks the words its
+"""benchmarks/ssm_bench.py's design: the arms hold equal parameters, the recall probe picks the words its
 rule names, the probe's numbers are the model's loss, the stated rule, and a tiny run end to end."""
 import json
 import re

@@ -1,4 +1,4 @@
-"""The trainer (issue 7): schedule, weight-decay groups, evaluation, exact resume, NaN stop, run folders, CLI."""
+"""The trainer (lesson 11): schedule, weight-decay groups, evaluation, exact resume, NaN stop, run folders, CLI."""
 import dataclasses
 import json
 import math
@@ -341,7 +341,8 @@ def test_generate_command_explains_a_prompt_longer_than_the_context(small_data, 
 
 
 def test_atm_merge_ratio_is_logged_every_step_and_averaged_at_every_evaluation(small_data, tmp_path):
-    """mu is measured, not assumed (issue 15): each step logs the merging layer's mu, each evaluation its mean."""
+    """mu is measured, not assumed (an ablation compares arms by it): each step logs the merging layer's mu, each
+    evaluation its mean."""
     cfg = tiny(overrides={**tiny().overrides, "n_layers": 3, "atm_tau": 0.0})       # tau 0: plenty of merges
     Trainer(cfg, tmp_path / "run", progress=False, quiet=True).run()
     records = train.read_metrics(tmp_path / "run")
@@ -434,7 +435,7 @@ def test_a_diffusion_model_writes_its_story_by_unmasking(tmp_path):
         generate(narrow, tok, "Once", 4)
 
 
-# ------------------------------------------------------------------ issue 30: evaluation at size, precision, memory
+# ------------------------------------------------ the full download's size: evaluation subset, precision, memory
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinystories"
 SMALL = {"d": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1, "d_ff_a": 16, "d_ff": 48}
 PLAIN_FORWARD = LanguageModel.forward
@@ -673,3 +674,19 @@ def test_out_of_memory_names_a_batch_and_accumulation_that_fit(small_data, tmp_p
         "error: out of memory on cpu at --batch-size 4 x --block-size 16: try --batch-size 2 --grad-accum 2 "
         "(the same tokens per step)")
     assert torch.load(tmp_path / "run" / "checkpoint" / "trainer_state.pt", weights_only=True)["step"] == 2
+
+
+def test_mean_stats_averages_numbers_and_lists_element_by_element():
+    steps = [{"aux_loss": 1.0, "moe_load": [[0.5, 0.5], [1.0, 0.0]], "atm_mu": [0.25]},
+             {"aux_loss": 3.0, "moe_load": [[0.0, 1.0], [0.0, 1.0]]}]           # a step without ATM's mu
+    assert train.mean_stats(steps) == {"aux_loss": 2.0, "moe_load": [[0.25, 0.75], [0.5, 0.5]], "atm_mu": [0.25]}
+    assert train.mean_stats([{}]) == {}
+
+
+def test_the_objective_is_chosen_once_from_its_table(small_data, tmp_path):
+    assert set(train.OBJECTIVES) == {"next-token", "diffusion"}
+    with pytest.raises(ValueError, match=r"objective must be one of \('next-token', 'diffusion'\)"):
+        tiny(objective="autoregressive")
+    trainer = Trainer(tiny(steps=1), tmp_path / "run", progress=False, quiet=True)
+    assert trainer.objective is train.OBJECTIVES["next-token"]
+    assert len(trainer.held_out()) == min(len(trainer.valid_tokens), trainer.cfg.eval_tokens + 1)
