@@ -191,6 +191,40 @@ def scan(A_bar: torch.Tensor, B_bar: torch.Tensor, C: torch.Tensor, D, u: torch.
     return torch.stack(ys, -1), x
 
 
+def chunked_scan(log_a: torch.Tensor, bu: torch.Tensor, x: torch.Tensor, chunk: int = 16
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every state of the recurrence x_k = a_k x_(k-1) + bu_k (elementwise), for real decays a_k = exp(log_a_k)
+    that change from step to step (the selective layer's): log_a, bu (B, T, ...), x (B, ...) the state before
+    the first step. Returns all states (B, T, ...) and the last one.
+
+    `scan` takes T small sequential steps. Unrolled, the state at step k of a chunk that starts from x is
+
+        x_k = exp(S_k) x + sum_(j <= k) exp(S_k - S_j) bu_j,      S_k = log a_1 + ... + log a_k,
+
+    so within a chunk of L steps every state is one masked (L x L) weighted sum: no loop. Only the chunks run in
+    order, each starting from the last state of the one before: T / L sequential steps instead of T, for L times
+    the arithmetic per step (L x L weights instead of L). The decay from j to k is formed as exp(S_k - S_j), a
+    difference of sums that is <= 0, never as a ratio of products, which would underflow to 0 / 0 within a
+    few hundred strongly decaying steps. Mamba-2's chunked "SSD" algorithm is this idea made fast on a GPU. On
+    a CPU the extra arithmetic costs more than the loop's overhead saves (benchmarks/scan_bench.py)."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be a positive number of steps, got {chunk}")
+    states = []
+    for log_a_c, bu_c in zip(log_a.split(chunk, 1), bu.split(chunk, 1)):        # split: one backward, not T/L
+        S = log_a_c.cumsum(1)                                                     # (B, L, ...)
+        L = S.shape[1]
+        later = torch.ones(L, L, dtype=torch.bool, device=S.device).tril()          # j <= k
+        later = later.view(1, L, L, *[1] * (S.dim() - 2))
+        gaps = (S[:, :, None] - S[:, None, :]).masked_fill(~later, float("-inf"))    # (B, L_k, L_j, ...)
+        inside = (gaps.exp() * bu_c[:, None]).sum(2)                               # what this chunk's inputs add
+        chunk_states = S.exp() * x[:, None] + inside
+        x = chunk_states[:, -1]
+        states.append(chunk_states)
+    if not states:                                                                # T = 0
+        return bu.new_zeros((bu.shape[0], 0, *x.shape[1:])), x
+    return torch.cat(states, 1), x
+
+
 # -------------------------------------------------------------------------------- the convolutional view
 
 def kernel(A_bar: torch.Tensor, B_bar: torch.Tensor, C: torch.Tensor, T: int) -> torch.Tensor:
@@ -299,6 +333,7 @@ class SSM(nn.Module):
         if kind == "s4d" and state % 2:
             raise ValueError(f"ssm_state={state} must be even for ssm_kind='s4d' (N/2 complex conjugate pairs)")
         self.kind, self.d, self.N = kind, d, state
+        self.chunk: int | None = None      # kind="selective": None, a step per token; k, `chunked_scan` by k
         self.in_proj = nn.Linear(d, 2 * d, bias=bias)           # u and the gate z
         self.out_proj = nn.Linear(d, d, bias=bias)
         self.D = nn.Parameter(torch.ones(d))
@@ -345,20 +380,29 @@ class SSM(nn.Module):
         return y.real.transpose(1, 2)
 
     def selective(self, u: torch.Tensor, cache: SSMState | None) -> torch.Tensor:
-        """kind="selective": Delta, B, C computed from each token, then the scan (with or without a cache)."""
+        """kind="selective": Delta, B, C computed from each token, then the scan (with or without a cache): a step
+        per token, or `chunked_scan` when `self.chunk` is set (equal results; on a CPU the steps are faster)."""
         dt, B, C = self.x_proj(u).split([self.d, self.N, self.N], -1)   # (B, T, d), (B, T, N), (B, T, N)
         dt = F.softplus(dt + self.dt_bias.to(u.dtype))
         A = -self.A_log.to(u.dtype).exp()                                # (d, N)
         A_bar, B_bar = discretize(A, B[:, :, None, :], dt[..., None], "zoh")   # (B, T, d, N)
         D = self.D.to(u.dtype)
         x = cache.x if cache is not None and cache.x is not None else u.new_zeros(u.shape[0], self.d, self.N)
-        ys = []
-        for k in range(u.shape[1]):
-            x, y = step(A_bar[:, k], B_bar[:, k], C[:, k, None, :], D, x, u[:, k])
-            ys.append(y)
+        if self.chunk is None:                                           # one `step` per token
+            # unbind, not A_bar[:, k]: the backward of each such index writes a zero tensor as large as all T
+            # steps, T^2 work in all, which made this loop ~3x slower at T = 128 (benchmarks/scan_bench.py)
+            ys = []
+            for a, b, c, u_k in zip(A_bar.unbind(1), B_bar.unbind(1), C[:, :, None, :].unbind(1), u.unbind(1)):
+                x, y = step(a, b, c, D, x, u_k)
+                ys.append(y)
+            y = torch.stack(ys, 1) if ys else u.clone()
+        else:
+            # log A_bar = dt A exactly (ZOH): the chunks form the decay between any two tokens without dividing
+            states, x = chunked_scan(dt[..., None] * A, B_bar * u[..., None], x, self.chunk)   # (B, T, d, N)
+            y = (C[:, :, None, :] * states).sum(-1) + D * u
         if cache is not None:
             cache.x = x
-        return torch.stack(ys, 1) if ys else u.clone()
+        return y
 
     def forward(self, x: torch.Tensor, *, context: torch.Tensor | None = None, cache: SSMState | None = None,
                 positions: torch.Tensor | None = None) -> torch.Tensor:

@@ -30,6 +30,7 @@ BAD_OPTIONS = {
     "moe_bench": [["--inside-tokens", "0"], ["--seeds-no-aux", "x"], ["--eval-max-windows", "0"],
                   ["--shape", SHAPE_TOO_NARROW]],
     "recipes": [["--steps", "0"], ["--warmup", "-1"]],
+    "scan_bench": [["--lengths", "0"], ["--chunks", "-1"], ["--repeat", "x"]],
     "scale_bench": [["--sizes", "0"], ["--kill-at", "1.5"], ["--tiktoken-chunk", "0"], ["--seed", "-1"]],
     "ssm_bench": [["--lengths", "0"], ["--long-steps", "0"], ["--probe-stories", "0"], ["--repeat", "0"],
                   ["--shape", SHAPE_TOO_NARROW]],
