@@ -351,10 +351,13 @@ def resummarise(result: dict) -> None:
 
 
 def write(result: dict, path: Path) -> None:
-    """Merge into what is on disk (another process may have written its arms or costs), then replace atomically."""
+    """Merge into what is on disk (another process may have written its arms or costs), then replace atomically.
+    A run that trained no arm (costs only) keeps the command, commit and probe counts of the runs that did."""
     if path.exists():
         disk = json.loads(path.read_text())
         if disk.get("steps") == result["steps"] and disk.get("block_size") == result["block_size"]:
+            if not result["arms"]:
+                result.update({k: disk[k] for k in ("command", "commit", "probe_positions") if k in disk})
             for name, arm in disk.get("arms", {}).items():
                 mine = result["arms"].setdefault(name, arm)
                 for key in ("sweep", "seeds", "long"):

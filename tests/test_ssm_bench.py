@@ -112,6 +112,13 @@ def test_a_tiny_run_end_to_end(tmp_path):
     before = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert b.main(["--evaluate-only", "--long-steps", "3", *common]) == 0
     again = json.loads(result.read_text())
+    # a costs-only run later replaces the costs and keeps what describes the trained arms
+    assert b.main(["--parts", "costs", "--lengths", "16", "--repeat", "1", "--decode-steps", "2", *common]) == 0
+    costs_again = json.loads(result.read_text())
+    assert {k: costs_again[k] for k in ("command", "commit", "probe_positions", "arms")} == {
+        k: again[k] for k in ("command", "commit", "probe_positions", "arms")}
+    assert costs_again["costs"]["command"].endswith("--decode-steps 2 " + " ".join(common))
+    result.write_text(json.dumps(again))
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before
     assert again["costs"] == cost and again["arms"]["llama-style"]["seeds"].keys() == {"0", "1"}
     assert again["arms"]["ssm-llama-style"]["long"]["3"] == r["arms"]["ssm-llama-style"]["long"]["3"]
