@@ -16,6 +16,7 @@ of medians. Memory is what autograd keeps for the backward pass (the bytes of th
 results/scan_bench.json.
 """
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -80,6 +81,16 @@ def one_step(fn, u: torch.Tensor) -> float:
     return time.perf_counter() - start
 
 
+def table(result: dict) -> str:
+    """docs/results.md's table: milliseconds per forward and backward, and the speed-up over the indexed loop."""
+    names = list(next(iter(result["lengths"].values()))["seconds"])
+    rows = ["| T | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for T, row in result["lengths"].items():
+        rows.append(f"| {int(T):,} | " + " | ".join(f"{row['seconds'][n] * 1e3:,.0f} ms ({row['speedup_over_loop_indexed'][n]:.2f}x)"
+                                                   for n in names) + " |")
+    return "\n".join(rows)
+
+
 @user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -90,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", type=positive_int, default=16)
     parser.add_argument("--repeat", type=positive_int, default=7)
     parser.add_argument("--result", default=str(ROOT / "results" / "scan_bench.json"))
+    parser.add_argument("--report", action="store_true", help="print docs/results.md's table from --result; run nothing")
     args = parser.parse_args(argv)
+    if args.report:
+        print(table(json.loads(Path(args.result).read_text())))
+        return 0
     torch.manual_seed(0)
     layer = ssm.SSM(args.d, args.state, "selective")
 

@@ -11,6 +11,7 @@ import benchmarks.diffusion_bench
 import benchmarks.layouts_bench
 import benchmarks.recipes
 import benchmarks.scale_bench
+import benchmarks.scan_bench
 import benchmarks.ssm_bench
 import benchmarks.train_runs
 from minwiola import quick_mode
@@ -286,6 +287,14 @@ def test_lesson_00_maps_every_lesson():
     rows = set(re.findall(r"^\| (\d\d) \|", prose, flags=re.M))
     lessons = {path.name[:2] for path in (ROOT / "lessons").glob("[0-9][0-9]_*.ipynb")}
     assert rows == lessons, f"lesson 00's map is wrong about lesson(s) {sorted(rows ^ lessons)}"
+
+
+def test_scan_table_comes_from_results():
+    r = json.loads((ROOT / "results" / "scan_bench.json").read_text())
+    assert benchmarks.scan_bench.table(r) in RESULTS and "OMP_NUM_THREADS=2 python benchmarks/scan_bench.py" in RESULTS
+    indexed = [row["seconds"]["loop, indexed"] for row in r["lengths"].values()]
+    assert f"grew {indexed[1] / indexed[0]:.0f}-fold from 128 to 1,024 tokens" in " ".join(RESULTS.split())
+    assert all(min(row["seconds"].values()) == row["seconds"]["loop"] for row in r["lengths"].values())  # "neither beats"
 
 
 def test_diffusion_tables_come_from_results():
