@@ -36,7 +36,7 @@ import numpy as np
 
 from . import sha256_file
 from .corpus import builtin_stories
-from .download import DOWNLOAD_HINT, DataFileError, add_download_arguments, download, recorded_sha256, sha256_file
+from .download import DOWNLOAD_HINT, DataFileError, add_download_arguments, download, recorded_sha256
 from .download import HF_URL, OFFICIAL, OFFICIAL_PINS, Pin  # noqa: F401 (the official files, named from here too)
 from .tokenizer import EOT, Tokenizer, bytes_per_token, default_tokenizer, show_tokens
 

@@ -16,7 +16,6 @@ import argparse
 import codecs
 import contextlib
 import errno
-import hashlib
 import http.client
 import os
 import re
@@ -29,6 +28,8 @@ import urllib.request
 from pathlib import Path
 from typing import NamedTuple
 
+from . import sha256_file
+
 HF_URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main"
 OFFICIAL = {"train": "TinyStories-train.txt", "valid": "TinyStories-valid.txt"}
 DEST = Path(__file__).resolve().parents[1] / "data" / "tinystories"   # where data.find_data_dir looks second
@@ -37,14 +38,6 @@ DOWNLOAD_HINT = "python -m minwiola.data download"
 
 class DataFileError(ValueError):
     """A data file that is missing, corrupt (wrong sha256) or unreadable."""
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def recorded_sha256(path: Path) -> str | None:

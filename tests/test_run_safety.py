@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from minwiola import data, first_line, grade, runs, sha256_file, train
+from minwiola import data, download, first_line, grade, runs, sha256_file, train
 from minwiola.model import LanguageModel, preset
 from minwiola.train import Trainer
 from test_train import small_data, tiny  # noqa: F401 (a fixture and a helper shared with the trainer tests)
@@ -586,4 +586,4 @@ def test_one_sha256_for_data_runs_and_the_grader(tmp_path):
     path = tmp_path / "f.bin"
     path.write_bytes(bytes(range(256)) * 5000)                       # more than one 1 MiB read
     assert sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert data.sha256_file is runs.sha256_file is grade.sha256_file is sha256_file
+    assert data.sha256_file is runs.sha256_file is grade.sha256_file is download.sha256_file is sha256_file
