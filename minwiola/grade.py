@@ -53,6 +53,7 @@ import time
 from pathlib import Path
 
 from minwiola import first_line, sha256_file
+from minwiola.download import _seconds
 from minwiola.lesson import package_root
 
 LESSONS = package_root() / "lessons"
@@ -689,14 +690,12 @@ def write(reports: list[dict], out: Path) -> tuple[Path, Path]:
 
 
 def _notebook_seconds(text: str) -> float:
-    """argparse type: seconds above 0, at most a million (NaN and infinity refused): data's, for the download."""
-    from minwiola.data import _seconds
+    """argparse type: seconds above 0, at most a million (NaN and infinity refused): the downloader's."""
     return _seconds(text)
 
 
 def _whole_seconds(text: str) -> int:
     """argparse type: a whole number of seconds, 1 to a million (the checks' alarm counts whole seconds)."""
-    from minwiola.data import _seconds
     value = _seconds(text)
     if value != int(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds")
