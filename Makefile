@@ -7,8 +7,8 @@ STUDENT ?= student
 
 .PHONY: setup run test lessons bench student clean
 
-# Create .venv and install minwiola with its dev tools and the Hugging Face extra; torch is pinned to the CPU
-# build by constraints.txt.
+# Create .venv and install minwiola with its dev tools and the Hugging Face extra; constraints.txt pins torch's
+# version (not its build: docs/setup.md says how to get the CPU-only build).
 setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)

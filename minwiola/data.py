@@ -563,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-TOKENIZER_MB = 100.0            # what the tokenizer job trains on at most: ~30 s and ~0.7 GB on the full split
+TOKENIZER_MB = 100.0            # what the tokenizer job trains on at most: ~40 s and ~0.45 GiB on the full split (docs/data.md)
 
 
 def tokenizer_text(max_bytes: int = int(TOKENIZER_MB * 1e6), seed: int = 0) -> tuple[str, str]:
