@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(f"T = {T}: " + ", ".join(f"{name} {m * 1e3:.1f} ms ({medians['loop, indexed'] / m:.2f}x)"
                                          for name, m in medians.items()))
-    result = {"command": "python benchmarks/scan_bench.py" + (" " + " ".join(argv) if argv else ""),
+    result = {"command": "python benchmarks/scan_bench.py" + "".join(" " + a for a in (argv if argv is not None else sys.argv[1:])),
               "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
               "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "torch": torch.__version__,
               "load_average_at_start": os.getloadavg()[0],
