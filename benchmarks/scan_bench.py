@@ -86,8 +86,8 @@ def table(result: dict) -> str:
     names = list(next(iter(result["lengths"].values()))["seconds"])
     rows = ["| T | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for T, row in result["lengths"].items():
-        rows.append(f"| {int(T):,} | " + " | ".join(f"{row['seconds'][n] * 1e3:,.0f} ms ({row['speedup_over_loop_indexed'][n]:.2f}x)"
-                                                   for n in names) + " |")
+        cells = [f"{row['seconds'][n] * 1e3:,.0f} ms ({row['speedup_over_loop_indexed'][n]:.2f}x)" for n in names]
+        rows.append(f"| {int(T):,} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", type=positive_int, default=16)
     parser.add_argument("--repeat", type=positive_int, default=7)
     parser.add_argument("--result", default=str(ROOT / "results" / "scan_bench.json"))
-    parser.add_argument("--report", action="store_true", help="print docs/results.md's table from --result; run nothing")
+    parser.add_argument("--report", action="store_true",
+                        help="print docs/results.md's table from --result; run nothing")
     args = parser.parse_args(argv)
     if args.report:
         print(table(json.loads(Path(args.result).read_text())))
@@ -138,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(f"T = {T}: " + ", ".join(f"{name} {m * 1e3:.1f} ms ({medians['loop, indexed'] / m:.2f}x)"
                                          for name, m in medians.items()))
-    result = {"command": "python benchmarks/scan_bench.py" + "".join(" " + a for a in (argv if argv is not None else sys.argv[1:])),
+    given = argv if argv is not None else sys.argv[1:]
+    result = {"command": "python benchmarks/scan_bench.py" + "".join(" " + a for a in given),
               "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
               "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "torch": torch.__version__,
               "load_average_at_start": os.getloadavg()[0],
