@@ -1,29 +1,143 @@
-"""Generation speed: tokens per second with and without the KV cache, `yocto` preset, CPU, batch 1.
+"""Decoding speed on a CPU: the library's `generate_ids` against a plain decoder written here, `yocto`, batch 1.
 
     python benchmarks/generation_bench.py
+    python benchmarks/generation_bench.py --change "what this commit changed"    # also adds a row to the history
 
-Writes 256 new tokens after a one-token prompt (sampling at temperature 1), `--repeat` times each way, and keeps
-the median. Weights are the random initial ones: speed does not depend on their values. Writes
-results/generation_bench.json.
+Three programs write `--new-tokens` tokens after a one-token prompt, sampling at temperature 1 with the same seed:
+  * "library": `minwiola.generate.generate_ids` with the KV cache (the model's modules, checks and all);
+  * "reference": `reference_decode` below, the same arithmetic in a few lines of plain PyTorch: the weights read
+    from the model's state_dict, torch's functions called directly, the cache a preallocated tensor, no checks.
+    It writes the very same tokens (checked here, and in float64 by the tests), so the two do the same work;
+  * "no cache": `generate_ids` re-reading the whole sequence at every step (lesson 04's comparison).
+They take turns within each of `--repeat` rounds (a first round warms up and is not counted), so a change of the
+machine's load hits them alike; the finding is the ratio of medians, library / reference.
+
+Where the time goes: the library's seconds per token split into the model's forward pass with the cache, the
+sampling (`sample_next`) and the rest of the loop; and the operations PyTorch runs per token (counted by its
+profiler), which do not depend on the machine. Weights are the random initial ones: speed does not depend on
+their values.
+
+`--change TEXT` appends {change, commit, tokens/s, ratio, operations} to the result's history, so each step of
+making the library faster says what it bought (lesson 04 shows the history). Writes results/generation_bench.json.
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import ROOT, hardware, known_preset, positive_int, user_errors
-
-from minwiola.generate import generate_ids
-from minwiola.model import LanguageModel, preset
+from benchmarks.common import ROOT, commit, hardware, known_preset, positive_int, user_errors, write_result
+from minwiola.generate import generate_ids, sample_next
+from minwiola.model import LanguageModel, ModelConfig, preset
 
 YOCTO_CLAIM = {"tokens_per_s": "700+", "hardware": "Apple M-series CPU (Yocto README); 200-400 on a standard laptop CPU"}
+YOCTO_SHAPE = {"qkv": "unified", "norm": "layernorm", "norm_position": "pre", "norm_eps": None, "positions": "rope", "ffn": "gelu", "ffn_bias": True,
+               "attn_bias": False, "tie_head": True, "causal": True, "mixer": "attention", "gcla": "off",
+               "atm": "off"}
+
+
+def check_reference_shape(cfg: ModelConfig) -> None:
+    """Raise ValueError unless `reference_decode` computes this config's model: Yocto's kind of block."""
+    differ = {k: getattr(cfg, k) for k, v in YOCTO_SHAPE.items() if getattr(cfg, k) != v}
+    if differ:
+        raise ValueError(f"the reference decoder is written for Yocto's block {YOCTO_SHAPE}; this preset has {differ}")
+
+
+@torch.no_grad()
+def reference_decode(model: LanguageModel, first: int, n: int, seed: int) -> list[int]:
+    """`n` tokens after the token `first`, sampled at temperature 1 by a generator seeded with `seed`: the
+    library's model (Yocto's block) computed with torch's functions on its weights, one token at a time."""
+    cfg, W = model.config, model.state_dict()
+    d, H, L = cfg.d, cfg.n_heads, cfg.n_layers
+    d_h = d // (3 * H)                                  # the unified projection: three bands of d/3
+    half = d_h // 2
+    angles = torch.arange(cfg.context, dtype=torch.float64)[:, None] * \
+        cfg.rope_theta ** (-2.0 * torch.arange(half, dtype=torch.float64) / d_h)
+    cos, sin = angles.cos().to(W["embed.weight"].dtype), angles.sin().to(W["embed.weight"].dtype)
+    K = W["embed.weight"].new_zeros(L, 1, H, n + 1, d_h)       # every layer's keys and values, preallocated
+    V = torch.zeros_like(K)
+    generator = torch.Generator().manual_seed(seed)
+    token, out = torch.tensor([first]), [first]
+
+    def rope(x, p):                                     # rotate the pairs (x_j, x_{j + d_h/2}) by angle p w_j
+        x1, x2 = x[..., :half], x[..., half:]
+        return torch.cat([x1 * cos[p] - x2 * sin[p], x1 * sin[p] + x2 * cos[p]], -1)
+
+    for p in range(n):
+        x = W["embed.weight"][token]                                     # (1, d)
+        for layer in range(L):
+            w = lambda name: W[f"blocks.{layer}.{name}"]                 # noqa: E731
+            h = F.layer_norm(x, (d,), w("norm1.weight"), w("norm1.bias"))
+            q, k, v = F.linear(h, w("attn.qkv.weight")).view(3, H, d_h)
+            K[layer, 0, :, p], V[layer, 0, :, p] = rope(k, p), v
+            o = F.scaled_dot_product_attention(rope(q, p)[None, :, None], K[layer, :, :, :p + 1],
+                                               V[layer, :, :, :p + 1])   # one query sees every key: no mask
+            x = x + F.linear(o.reshape(1, H * d_h), w("attn.out.weight"))
+            h = F.layer_norm(x, (d,), w("norm2.weight"), w("norm2.bias"))
+            x = x + F.linear(F.gelu(F.linear(h, w("ffn.up.weight"), w("ffn.up.bias"))), w("ffn.down.weight"),
+                             w("ffn.down.bias"))
+        logits = F.linear(F.layer_norm(x, (d,), W["norm.weight"], W["norm.bias"]), W["embed.weight"])
+        token = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)[0]
+        out.append(int(token))
+    return out
+
+
+def library_decode(model: LanguageModel, first: int, n: int, seed: int, use_cache: bool = True) -> list[int]:
+    """The same through the library: `generate_ids` at temperature 1."""
+    prompt = torch.tensor([[first]])
+    return generate_ids(model, prompt, n, temperature=1.0, seed=seed, use_cache=use_cache)[0].tolist()
+
+
+def operations_per_token(decode, n: int) -> float:
+    """The operations PyTorch runs per written token (aten calls, counted by its profiler over `n` tokens)."""
+    decode(n)                                           # warm up outside the count
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        decode(n)
+    return sum(event.count for event in prof.key_averages()) / n
+
+
+@torch.no_grad()
+def where_time_goes(model: LanguageModel, n: int, repeat: int) -> dict:
+    """The library's milliseconds per token: its forward pass with the cache (one token), its sampling
+    (`sample_next` on that token's logits), and the whole loop (`generate_ids`); the rest is the loop's own work."""
+    def forward_only():
+        cache, token = model.new_cache(), torch.zeros(1, 1, dtype=torch.long)
+        for _ in range(n):
+            logits = model(token, cache)
+        return logits
+
+    logits = forward_only()[:, -1]
+    generator = torch.Generator().manual_seed(0)
+    parts = {"forward": forward_only, "sampling": lambda: [sample_next(logits, 1.0, generator=generator)
+                                                           for _ in range(n)],
+             "whole loop": lambda: library_decode(model, 0, n, 0)}
+    times = {name: [] for name in parts}
+    for _ in range(repeat + 1):
+        for name, fn in parts.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    ms = {name: 1e3 * statistics.median(t[1:]) / n for name, t in times.items()}
+    ms["rest of the loop"] = ms["whole loop"] - ms["forward"] - ms["sampling"]
+    return {name: round(value, 4) for name, value in ms.items()}
+
+
+def history_table(result: dict) -> str:
+    """docs/results.md's table: each recorded change, its tokens/s and its ratio to the reference."""
+    rows = ["| change | commit | library tokens/s | reference tokens/s | library / reference | ops per token |",
+            "|---|---|---|---|---|---|"]
+    for row in result.get("history", []):
+        rows.append(f"| {row['change']} | {row['commit']} | {row['library']:,.0f} | {row['reference']:,.0f} | "
+                    f"{row['ratio']:.2f} | {row['library_ops_per_token']:,.0f} |")
+    return "\n".join(rows)
 
 
 @user_errors
@@ -31,28 +145,56 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", type=known_preset, default="yocto")
     parser.add_argument("--new-tokens", type=positive_int, default=256)
-    parser.add_argument("--repeat", type=positive_int, default=5)
+    parser.add_argument("--repeat", type=positive_int, default=7)
+    parser.add_argument("--change", help="a row for the history: what the code at this commit changed")
+    parser.add_argument("--result", default=str(ROOT / "results" / "generation_bench.json"))
+    parser.add_argument("--report", action="store_true", help="print docs/results.md's table from --result; run "
+                                                              "nothing")
     args = parser.parse_args(argv)
+    if args.report:
+        print(history_table(json.loads(Path(args.result).read_text())))
+        return 0
+    cfg = preset(args.preset)
+    check_reference_shape(cfg)
+    if 1 + args.new_tokens > cfg.context:
+        raise ValueError(f"--new-tokens {args.new_tokens} does not fit the preset's context of {cfg.context}")
     torch.manual_seed(0)
-    model = LanguageModel(preset(args.preset)).eval()
-    prompt = torch.zeros(1, 1, dtype=torch.long)
-    result = {"command": "python benchmarks/generation_bench.py" + "".join(" " + a for a in sys.argv[1:]),
-              "hardware": hardware(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-              "preset": args.preset, "params": model.n_params(), "batch": 1, "new_tokens": args.new_tokens,
-              "yocto_claim": YOCTO_CLAIM}
-    for use_cache in (True, False):
-        times = []
-        for i in range(args.repeat + 1):
+    model = LanguageModel(cfg).eval()
+    n = args.new_tokens
+    same = library_decode(model, 0, n, 1) == reference_decode(model, 0, n, 1)
+    programs = {"library": lambda i: library_decode(model, 0, n, i),
+                "reference": lambda i: reference_decode(model, 0, n, i),
+                "no cache": lambda i: library_decode(model, 0, n, i, use_cache=False)}
+    times = {name: [] for name in programs}
+    for i in range(args.repeat + 1):                    # the first round warms up and is not counted
+        for name, fn in programs.items():
             start = time.perf_counter()
-            out = generate_ids(model, prompt, args.new_tokens, temperature=1.0, seed=i, use_cache=use_cache)
-            times.append(time.perf_counter() - start)
-        assert out.shape[1] == 1 + args.new_tokens
-        rate = args.new_tokens / statistics.median(times[1:])
-        result["with_cache" if use_cache else "without_cache"] = round(rate, 1)
-        print(f"{'with' if use_cache else 'without'} KV cache: {rate:.0f} tokens/s")
-    result["speedup"] = round(result["with_cache"] / result["without_cache"], 2)
-    print(f"speed-up from the cache: {result['speedup']}x")
-    (ROOT / "results" / "generation_bench.json").write_text(json.dumps(result, indent=2) + "\n")
+            fn(i)
+            times[name].append(time.perf_counter() - start)
+    rate = {name: round(n / statistics.median(t[1:]), 1) for name, t in times.items()}
+    ops = {"library": round(operations_per_token(lambda k: library_decode(model, 0, k, 0), 64), 1),
+           "reference": round(operations_per_token(lambda k: reference_decode(model, 0, k, 0), 64), 1)}
+    given = argv if argv is not None else sys.argv[1:]
+    path = Path(args.result)
+    history = json.loads(path.read_text()).get("history", []) if path.exists() else []
+    result = {"command": "python benchmarks/generation_bench.py" + "".join(" " + a for a in given),
+              "commit": commit(), "hardware": hardware(), "torch": torch.__version__,
+              "threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+              "load_average_at_start": os.getloadavg()[0], "preset": args.preset, "params": model.n_params(),
+              "batch": 1, "new_tokens": n, "same_tokens_as_reference": same, "tokens_per_s": rate,
+              "library_over_reference": round(rate["library"] / rate["reference"], 3),
+              "cache_speedup": round(rate["library"] / rate["no cache"], 2), "ops_per_token": ops,
+              "ms_per_token": where_time_goes(model, n, args.repeat), "yocto_claim": YOCTO_CLAIM}
+    if args.change:
+        history.append({"change": args.change, "commit": result["commit"], "library": rate["library"],
+                        "reference": rate["reference"], "ratio": result["library_over_reference"],
+                        "library_ops_per_token": ops["library"]})
+    result["history"] = history
+    write_result(result, path)
+    print(f"library {rate['library']:.0f} tokens/s, reference {rate['reference']:.0f} "
+          f"({result['library_over_reference']:.2f}x), no cache {rate['no cache']:.0f}; the same tokens: {same}")
+    print(f"operations per token: library {ops['library']:.0f}, reference {ops['reference']:.0f}")
+    print("ms per token: " + ", ".join(f"{k} {v:.3f}" for k, v in result["ms_per_token"].items()))
     return 0
 
 
