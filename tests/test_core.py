@@ -25,6 +25,12 @@ def test_norms_match_torch():
             p.normal_()
         ref.weight.copy_(ln.weight); ref.bias.copy_(ln.bias)
     assert torch.allclose(ln(x), ref(x), atol=1e-12)
+    mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False)   # the formula, written out
+    written = (x - mean) / torch.sqrt(var + ln.eps) * ln.weight
+    assert torch.allclose(ln(x), written + ln.bias, atol=1e-12)
+    no_bias = LayerNorm(16, bias=False)
+    no_bias.weight.data.copy_(ln.weight)
+    assert no_bias.bias is None and torch.allclose(no_bias(x), written, atol=1e-12)
     rms, ref = RMSNorm(16), torch.nn.RMSNorm(16, eps=1e-6)
     with torch.no_grad():
         rms.weight.normal_(); ref.weight.copy_(rms.weight)
