@@ -57,8 +57,9 @@ def attention_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
 def attention_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
                     bias: torch.Tensor | None = None) -> torch.Tensor:
     """The same through `F.scaled_dot_product_attention`. Its `is_causal` aligns the mask to the top left, which
-    is right only when T_q == T_k; with a cache (T_q < T_k) we pass our own mask. (A boolean mask keeps PyTorch
-    from using its flash kernel on GPU; that is the price of this simple cache.)
+    is right only when T_q == T_k; with a cache (T_q < T_k) we pass our own mask, unless a single query (a decode
+    step) sees every key. (A boolean mask keeps PyTorch from using its flash kernel on GPU; that is the price of
+    this simple cache.)
 
     SDPA cannot take `is_causal` and `attn_mask` together, and its float `attn_mask` is added to the scores, so a
     bias goes in as one float mask: the bias with -inf where the causal mask forbids. (A float mask also rules out
@@ -71,6 +72,8 @@ def attention_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         return F.scaled_dot_product_attention(q, k, v)
     if q.shape[-2] == k.shape[-2]:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if q.shape[-2] == 1:                 # one query, the newest position (a decode step), sees every key: no mask
+        return F.scaled_dot_product_attention(q, k, v)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(q.shape[-2], k.shape[-2], q.device))
 
 
@@ -284,13 +287,16 @@ class MultiHeadAttention(nn.Module):
             return cos.view(shape), sin.view(shape)
         if start + T > self.max_len:
             raise ValueError(f"positions up to {start + T} exceed max_len={self.max_len}")
-        return self.rows(torch.arange(start, start + T, device=self.cos.device), side)
+        return self.rows(slice(start, start + T), side)
 
-    def rows(self, p: torch.Tensor, side: str = "query") -> tuple[torch.Tensor, torch.Tensor]:
-        """The tables' rows for positions p (1-D). A module converted to float64 (tests, gradient checks) holds
-        float32 tables upcast, right to only about 7 digits; there the rows are computed afresh in float64
+    def rows(self, p: torch.Tensor | slice, side: str = "query") -> tuple[torch.Tensor, torch.Tensor]:
+        """The tables' rows for positions p: a 1-D tensor, or a slice start:stop (consecutive positions, read as a
+        view of the table: no copy, no index operation). A module converted to float64 (tests, gradient checks)
+        holds float32 tables upcast, right to only about 7 digits; there the rows are computed afresh in float64
         instead, which is exact and cheap (len(p) x d_h/2 numbers). Every other dtype reads its table."""
         if self.cos.dtype == torch.float64:
+            if isinstance(p, slice):
+                p = torch.arange(p.start, p.stop, device=self.cos.device)
             return self.exact_coefficients(p, side)
         if side == "key" and self.keys_differ:
             return self.key_cos[p], self.key_sin[p]
