@@ -23,6 +23,7 @@ making the library faster says what it bought (lesson 04 shows the history). Wri
 import argparse
 import json
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     given = argv if argv is not None else sys.argv[1:]
     path = Path(args.result)
     history = json.loads(path.read_text()).get("history", []) if path.exists() else []
-    result = {"command": "python benchmarks/generation_bench.py" + "".join(" " + a for a in given),
+    result = {"command": shlex.join(["python", "benchmarks/generation_bench.py", *given]),
               "commit": commit(), "hardware": hardware(), "torch": torch.__version__,
               "threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
               "load_average_at_start": os.getloadavg()[0], "preset": args.preset, "params": model.n_params(),
