@@ -87,22 +87,24 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """Next token ids (B,) from logits (B, V)."""
     check_sampling(temperature, top_k, top_p)
-    check_logits(logits)
     if temperature == 0:
+        check_logits(logits)
         return logits.argmax(-1)
-    logits = logits.float() / temperature
-    # softmax(z / t) needs a finite largest value in each row. A tiny t (1e-45) overflows z / t to +inf (or every
-    # entry to -inf), and softmax would answer NaN. Then t is too small for these logits; greedy is its limit.
-    if not torch.isfinite(logits.amax(-1)).all():
+    scaled = logits.float() / temperature
+    # softmax(z / t) needs a finite largest value in each row. One check of z / t catches the logits' own faults
+    # (check_logits then names them) and a tiny t (1e-45), which overflows z / t to +inf (or every entry to
+    # -inf), where softmax would answer NaN. Then t is too small for these logits; greedy is its limit.
+    if not torch.isfinite(scaled.amax(-1)).all():
+        check_logits(logits)
         raise ValueError(f"temperature={temperature} is too small for these logits: logits / temperature overflows "
                          f"float32, so no distribution is left to sample from; use temperature=0 for greedy "
                          f"decoding")
-    if top_k is not None and top_k < logits.shape[-1]:
-        keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, logits.topk(top_k, dim=-1).indices, True)
-        logits = logits.masked_fill(~keep, float("-inf"))   # exactly k survive, even when scores tie
+    if top_k is not None and top_k < scaled.shape[-1]:
+        keep = torch.zeros_like(scaled, dtype=torch.bool).scatter(-1, scaled.topk(top_k, dim=-1).indices, True)
+        scaled = scaled.masked_fill(~keep, float("-inf"))   # exactly k survive, even when scores tie
     if top_p is not None and top_p < 1:
-        logits = top_p_filter(logits, top_p)
-    probs = torch.softmax(logits, -1)
+        scaled = top_p_filter(scaled, top_p)
+    probs = torch.softmax(scaled, -1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
