@@ -267,6 +267,9 @@ def test_generate_text_is_reproducible_and_checks_length():
     a = generate(model, tok, "Once upon a time", max_new_tokens=20, seed=7)
     assert a == generate(model, tok, "Once upon a time", max_new_tokens=20, seed=7)
     assert a.startswith("Once upon a time")
+    ids = generate_ids(model, torch.zeros(1, 3, dtype=torch.long), 5)   # decoded in inference mode, and yet
+    assert not ids.is_inference()
+    model.loss(ids[:, :-1], ids[:, 1:]).backward()                # a plain tensor: it can be trained on
     with pytest.raises(ValueError, match="exceeds context=64"):
         generate_ids(model, torch.zeros(1, 60, dtype=torch.long), 5)
     with pytest.raises(ValueError, match="T >= 1"):
