@@ -447,9 +447,11 @@ def check_ids(idx: torch.Tensor, cfg: ModelConfig, start: int = 0) -> None:
                          f"{getattr(idx, 'dtype', type(idx).__name__)} of shape {tuple(getattr(idx, 'shape', ()))}")
     if start + idx.shape[1] > cfg.context:
         raise ValueError(f"sequence of {start + idx.shape[1]} tokens is longer than context={cfg.context}")
-    if idx.numel() and (idx.min() < 0 or idx.max() >= cfg.vocab_size):
-        raise ValueError(f"token ids must be in [0, vocab_size={cfg.vocab_size}), got values in "
-                         f"[{int(idx.min())}, {int(idx.max())}]")
+    if idx.numel():
+        low, high = idx.aminmax()                          # one pass over the ids for both ends
+        if low < 0 or high >= cfg.vocab_size:
+            raise ValueError(f"token ids must be in [0, vocab_size={cfg.vocab_size}), got values in "
+                             f"[{int(low)}, {int(high)}]")
 
 
 class Block(nn.Module):

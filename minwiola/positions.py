@@ -131,7 +131,8 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     """
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    if cos.dtype != x.dtype:                  # float32 tables, x in bf16 (autocast): rotate in x's dtype
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
