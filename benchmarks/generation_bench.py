@@ -3,18 +3,21 @@
     python benchmarks/generation_bench.py
     python benchmarks/generation_bench.py --change "what this commit changed"    # also adds a row to the history
 
-Three programs write `--new-tokens` tokens after a one-token prompt, sampling at temperature 1 with the same seed:
+Four programs write `--new-tokens` tokens after a one-token prompt, sampling at temperature 1 with the same seed:
   * "library": `minwiola.generate.generate_ids` with the KV cache (the model's modules, checks and all);
-  * "reference": `reference_decode` below, the same arithmetic in a few lines of plain PyTorch: the weights read
-    from the model's state_dict, torch's functions called directly, the cache a preallocated tensor, no checks.
-    It writes the very same tokens (checked here, and in float64 by the tests), so the two do the same work;
+  * "reference": `reference_decode` below, the same arithmetic in a few lines of plain PyTorch under no_grad: the
+    weights read from the model's state_dict, torch's functions called directly, the cache a preallocated
+    tensor, no checks. It writes the very same tokens (checked here, and in float64 by the tests), so the two do
+    the same work;
+  * "reference, inference mode": the same in inference mode, as the library decodes (the reference's best);
   * "no cache": `generate_ids` re-reading the whole sequence at every step (lesson 04's comparison).
 They take turns within each of `--repeat` rounds (a first round warms up and is not counted), so a change of the
 machine's load hits them alike; the finding is the ratio of medians, library / reference.
 
 Where the time goes: the library's seconds per token split into the model's forward pass with the cache, the
-sampling (`sample_next`) and the rest of the loop; and the operations PyTorch runs per token (counted by its
-profiler), which do not depend on the machine. Weights are the random initial ones: speed does not depend on
+sampling (`sample_next`) and the rest of the loop; the operations PyTorch runs per token (counted by its
+profiler), which do not depend on the machine; and the forward pass's time by kind of code (Python's profiler:
+PyTorch's operations, nn.Module's call machinery, minwiola's own lines). Weights are the random initial ones: speed does not depend on
 their values.
 
 `--change TEXT` appends {change, commit, tokens/s, ratio, operations} to the result's history, so each step of
@@ -45,11 +48,13 @@ YOCTO_SHAPE = {"qkv": "unified", "norm": "layernorm", "norm_position": "pre", "n
                "atm": "off"}
 
 
-def check_reference_shape(cfg: ModelConfig) -> None:
-    """Raise ValueError unless `reference_decode` computes this config's model: Yocto's kind of block."""
+def check_reference_shape(cfg: ModelConfig, name: str = "this config") -> None:
+    """Raise ValueError unless `reference_decode` computes this config's model (`name`, for the message): Yocto's
+    kind of block, the settings in YOCTO_SHAPE."""
     differ = {k: getattr(cfg, k) for k, v in YOCTO_SHAPE.items() if getattr(cfg, k) != v}
     if differ:
-        raise ValueError(f"the reference decoder is written for Yocto's block {YOCTO_SHAPE}; this preset has {differ}")
+        raise ValueError(f"{name}: the reference decoder computes Yocto's kind of block only (YOCTO_SHAPE); "
+                         f"this one differs in {differ}")
 
 
 @torch.no_grad()
@@ -91,21 +96,39 @@ def reference_decode(model: LanguageModel, first: int, n: int, seed: int) -> lis
     return out
 
 
+def inference_mode(decode):
+    """`decode` run in inference mode, as generate_ids runs (no autograd bookkeeping at all, where no_grad still
+    keeps version counters): the reference's best with no change to its arithmetic."""
+    def run(*args):
+        with torch.inference_mode():
+            return decode(*args)
+    return run
+
+
 def library_decode(model: LanguageModel, first: int, n: int, seed: int, use_cache: bool = True) -> list[int]:
     """The same through the library: `generate_ids` at temperature 1."""
     prompt = torch.tensor([[first]])
     return generate_ids(model, prompt, n, temperature=1.0, seed=seed, use_cache=use_cache)[0].tolist()
 
 
-def operations_per_token(decode, n: int) -> float:
-    """The operations PyTorch runs per written token (aten calls, counted by its profiler over `n` tokens)."""
+def operations_profile(decode, n: int) -> dict[str, float]:
+    """What PyTorch's profiler sees of `decode(n)`, per written token: the operations it runs (aten calls, which do
+    not depend on the machine), the milliseconds spent inside them, and the milliseconds of the whole decode under
+    the profiler; the difference is time outside any operation: Python, module calls, checks, dispatch. (The
+    profiler slows every operation a little, so these milliseconds run above the unprofiled ones.)"""
     decode(n)                                           # warm up outside the count
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
         decode(n)
-    return sum(event.count for event in prof.key_averages()) / n
+        wall = time.perf_counter() - start
+    events = prof.key_averages()
+    inside = sum(event.self_cpu_time_total for event in events) / 1e3       # microseconds -> ms
+    return {"ops_per_token": round(sum(event.count for event in events) / n, 1),
+            "ms_in_operations": round(inside / n, 4), "ms_profiled": round(1e3 * wall / n, 4),
+            "ms_outside_operations": round((1e3 * wall - inside) / n, 4)}
 
 
-@torch.no_grad()
+@torch.inference_mode()          # as generate_ids decodes
 def where_time_goes(model: LanguageModel, n: int, repeat: int) -> dict:
     """The library's milliseconds per token: its forward pass with the cache (one token), its sampling
     (`sample_next` on that token's logits), and the whole loop (`generate_ids`); the rest is the loop's own work."""
@@ -155,16 +178,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         print(history_table(json.loads(Path(args.result).read_text())))
         return 0
-    cfg = preset(args.preset)
-    check_reference_shape(cfg)
+    cfg, n = preset(args.preset), args.new_tokens
+    check_reference_shape(cfg, f"--preset {args.preset}")
     if 1 + args.new_tokens > cfg.context:
-        raise ValueError(f"--new-tokens {args.new_tokens} does not fit the preset's context of {cfg.context}")
+        raise ValueError(f"--new-tokens {args.new_tokens}: 1 + {n} tokens do not fit the preset's context of "
+                         f"{cfg.context}")
     torch.manual_seed(0)
     model = LanguageModel(cfg).eval()
-    n = args.new_tokens
     same = library_decode(model, 0, n, 1) == reference_decode(model, 0, n, 1)
     programs = {"library": lambda i: library_decode(model, 0, n, i),
                 "reference": lambda i: reference_decode(model, 0, n, i),
+                "reference, inference mode": lambda i: inference_mode(reference_decode)(model, 0, n, i),
                 "no cache": lambda i: library_decode(model, 0, n, i, use_cache=False)}
     times = {name: [] for name in programs}
     for i in range(args.repeat + 1):                    # the first round warms up and is not counted
@@ -173,8 +197,10 @@ def main(argv: list[str] | None = None) -> int:
             fn(i)
             times[name].append(time.perf_counter() - start)
     rate = {name: round(n / statistics.median(t[1:]), 1) for name, t in times.items()}
-    ops = {"library": round(operations_per_token(lambda k: library_decode(model, 0, k, 0), 64), 1),
-           "reference": round(operations_per_token(lambda k: reference_decode(model, 0, k, 0), 64), 1)}
+    counted = min(n, 64)                                # tokens under the profiler
+    profiles = {"library": operations_profile(lambda k: library_decode(model, 0, k, 0), counted),
+                "reference, inference mode": operations_profile(
+                    lambda k: inference_mode(reference_decode)(model, 0, k, 0), counted)}
     given = argv if argv is not None else sys.argv[1:]
     path = Path(args.result)
     history = json.loads(path.read_text()).get("history", []) if path.exists() else []
@@ -184,18 +210,22 @@ def main(argv: list[str] | None = None) -> int:
               "load_average_at_start": os.getloadavg()[0], "preset": args.preset, "params": model.n_params(),
               "batch": 1, "new_tokens": n, "same_tokens_as_reference": same, "tokens_per_s": rate,
               "library_over_reference": round(rate["library"] / rate["reference"], 3),
-              "cache_speedup": round(rate["library"] / rate["no cache"], 2), "ops_per_token": ops,
+              "library_over_reference_inference_mode": round(rate["library"] / rate["reference, inference mode"], 3),
+              "cache_speedup": round(rate["library"] / rate["no cache"], 2), "profiles": profiles,
               "ms_per_token": where_time_goes(model, n, args.repeat), "yocto_claim": YOCTO_CLAIM}
     if args.change:
         history.append({"change": args.change, "commit": result["commit"], "library": rate["library"],
                         "reference": rate["reference"], "ratio": result["library_over_reference"],
-                        "library_ops_per_token": ops["library"]})
+                        "library_ops_per_token": profiles["library"]["ops_per_token"]})
     result["history"] = history
     write_result(result, path)
-    print(f"library {rate['library']:.0f} tokens/s, reference {rate['reference']:.0f} "
-          f"({result['library_over_reference']:.2f}x), no cache {rate['no cache']:.0f}; the same tokens: {same}")
-    print(f"operations per token: library {ops['library']:.0f}, reference {ops['reference']:.0f}")
-    print("ms per token: " + ", ".join(f"{k} {v:.3f}" for k, v in result["ms_per_token"].items()))
+    print("tokens/s: " + ", ".join(f"{name} {r:.0f}" for name, r in rate.items()) + f"; the same tokens: {same}")
+    print(f"library / reference: {result['library_over_reference']:.2f}x; / reference in inference mode: "
+          f"{result['library_over_reference_inference_mode']:.2f}x")
+    for name, prof in profiles.items():
+        print(f"{name}: {prof['ops_per_token']:.0f} operations per token, {prof['ms_in_operations']:.3f} ms "
+              f"inside them, {prof['ms_outside_operations']:.3f} ms outside (profiled)")
+    print("library, ms per token: " + ", ".join(f"{k} {v:.3f}" for k, v in result["ms_per_token"].items()))
     return 0
 
 
