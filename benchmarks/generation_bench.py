@@ -117,6 +117,7 @@ def operations_profile(decode, n: int) -> dict[str, float]:
     the profiler; the difference is time outside any operation: Python, module calls, checks, dispatch. (The
     profiler slows every operation a little, so these milliseconds run above the unprofiled ones.)"""
     decode(n)                                           # warm up outside the count
+    os.environ.setdefault("KINETO_LOG_LEVEL", "10")     # the profiler's own start and stop lines, unprinted
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()
         decode(n)

@@ -8,6 +8,7 @@ import yaml
 
 import benchmarks.ablation
 import benchmarks.diffusion_bench
+import benchmarks.generation_bench
 import benchmarks.layouts_bench
 import benchmarks.recipes
 import benchmarks.scale_bench
@@ -99,7 +100,13 @@ def test_benchmark_numbers_come_from_results():
     for r in (r for r in a["rows"] if r["T"] == T):
         assert f"| {r['seconds'] * 1e3:.1f} ms | {r['peak_bytes'] / 2**20:.0f} MiB |" in RESULTS
     g = json.loads((ROOT / "results" / "generation_bench.json").read_text())
-    assert f"{g['with_cache']:.0f} tokens/s with the KV cache, {g['without_cache']:.0f} without" in RESULTS
+    rate, flat = g["tokens_per_s"], " ".join(RESULTS.split())          # sentences may wrap anywhere
+    assert f"{rate['library']:,.0f} tokens/s with the KV cache, {rate['no cache']:,.0f} without" in flat
+    assert f"writes {rate['reference']:,.0f} tokens/s, {rate['reference, inference mode']:,.0f} in inference mode" in flat
+    assert f"runs at {g['library_over_reference']:.2f}x the reference ({g['library_over_reference_inference_mode']:.2f}x" in flat
+    assert benchmarks.generation_bench.history_table(g) in RESULTS
+    outside = {name: round(1e3 * p["ms_outside_operations"]) for name, p in g["profiles"].items()}
+    assert f"library {outside['library']} µs, reference in inference mode {outside['reference, inference mode']} µs" in flat
     t = json.loads((ROOT / "results" / "train_bench.json").read_text())
     for r in t["rows"]:
         assert f"| `{r['preset']}` | {r['params']:,} | {r['tokens_per_s']:,} |" in RESULTS
