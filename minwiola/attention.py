@@ -63,18 +63,23 @@ def attention_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
     SDPA cannot take `is_causal` and `attn_mask` together, and its float `attn_mask` is added to the scores, so a
     bias goes in as one float mask: the bias with -inf where the causal mask forbids. (A float mask also rules out
-    the flash kernel: ALiBi through SDPA runs on the memory-efficient or the plain kernel.)"""
+    the flash kernel: ALiBi through SDPA runs on the memory-efficient or the plain kernel.)
+
+    k and v may hold fewer heads than q (GQA, H_kv dividing H): SDPA's `enable_gqa` lets query head h read key/value
+    head h // (H / H_kv) without repeating them, so neither the output nor the saved activations hold H copies."""
+    grouped = q.shape[-3] != k.shape[-3]
     if bias is not None:
         if causal:
             bias = bias.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=grouped)
     if not causal:
-        return F.scaled_dot_product_attention(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=grouped)
     if q.shape[-2] == k.shape[-2]:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=grouped)
     if q.shape[-2] == 1:                 # one query, the newest position (a decode step), sees every key: no mask
-        return F.scaled_dot_product_attention(q, k, v)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(q.shape[-2], k.shape[-2], q.device))
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=grouped)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(q.shape[-2], k.shape[-2], q.device),
+                                          enable_gqa=grouped)
 
 
 def attention_tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
@@ -305,7 +310,8 @@ class MultiHeadAttention(nn.Module):
     def heads(self, x: torch.Tensor, cache: KVCache | None = None, positions: torch.Tensor | None = None
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(q_plain, q, k, v): the queries before and after rotation (B, H, T, d_h), and every key and value the
-        new queries attend to (the cached ones first), repeated per query group under GQA: (B, H, T_k, d_h).
+        new queries attend to (the cached ones first), one per key/value head: (B, H_kv, T_k, d_h). Under GQA
+        (H_kv < H) `attend` lets each serve its group of queries.
 
         Positions are start .. start + T - 1 where start is the cache's length, unless `positions` (B, T) says
         otherwise (only without a cache: the cache stores keys in sequence order)."""
@@ -323,9 +329,6 @@ class MultiHeadAttention(nn.Module):
             k = rotate(k, cos, sin)
         if cache is not None:
             k, v = cache.append(k, v)
-        if self.H_kv != self.H:                       # GQA / MQA: each key/value head serves a group of queries
-            k = k.repeat_interleave(self.H // self.H_kv, dim=1)
-            v = v.repeat_interleave(self.H // self.H_kv, dim=1)
         return q_plain, q, k, v
 
     def score_bias(self, q: torch.Tensor, T_k: int, positions: torch.Tensor | None = None) -> torch.Tensor | None:
@@ -345,7 +348,14 @@ class MultiHeadAttention(nn.Module):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor | None = None
                ) -> torch.Tensor:
         """The heads' outputs O_h = softmax(q k^T / sqrt(d_h) + bias_h + M) v, (B, H, T, d_h), by the chosen
-        kernel; bias is ALiBi's (`score_bias`, at explicit `positions` (B, T) if given) or none."""
+        kernel; bias is ALiBi's (`score_bias`, at explicit `positions` (B, T) if given) or none.
+
+        k, v may hold H_kv < H heads (GQA): query head h reads key/value head h // (H / H_kv). The fused kernel
+        does that itself, never copying a key; the written-out kernels (lesson 02) take one key head per query head,
+        so they get each key/value head repeated for its group, a copy as large as H query heads' keys."""
+        if k.shape[1] != q.shape[1] and self.impl != "fused":
+            group = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         bias = self.score_bias(q, k.shape[-2], positions)
         if bias is None:
             return ATTENTION[self.impl](q, k, v, causal=self.causal)

@@ -84,13 +84,20 @@ def summarize(x: torch.Tensor, kind: str = "causal", cache: GCLACache | None = N
 def context_attention(q: torch.Tensor, k_ctx: torch.Tensor, v_ctx: torch.Tensor) -> torch.Tensor:
     """Each query over its own Lambda context keys (eq. 26): softmax(q k_ctx^T / sqrt(d_h)) v_ctx.
 
-    q (B, H, T, d_h); k_ctx, v_ctx (B, H, T_c, Lambda, d_h), with T_c = T (one context per position) or 1 (one
-    context for all). Returns (B, H, T, d_h). No mask: a context is all summaries, and whether they hold the
-    future is decided when they are made (`summarize`).
+    q (B, H, T, d_h); k_ctx, v_ctx (B, H_kv, T_c, Lambda, d_h), with T_c = T (one context per position) or 1 (one
+    context for all), and H_kv dividing H: query head h reads context head h // (H / H_kv), as in self-attention,
+    without a copy per query head. Returns (B, H, T, d_h). No mask: a context is all summaries, and whether they
+    hold the future is decided when they are made (`summarize`).
+
+    A query meets only Lambda = 2 keys, so the scores are products summed over d_h, not matrix products: a batch of
+    B H T tiny (1 x d_h) @ (d_h x 2) products runs slower than the same numbers multiplied elementwise.
     """
-    q = q.unsqueeze(-2)                                                       # (B, H, T, 1, d_h)
-    scores = q @ k_ctx.transpose(-2, -1) / math.sqrt(q.shape[-1])             # (B, H, T, 1, Lambda)
-    return (torch.softmax(scores, dim=-1) @ v_ctx).squeeze(-2)
+    B, H, T, d_h = q.shape
+    q = q.view(B, k_ctx.shape[1], H // k_ctx.shape[1], T, 1, d_h)          # query heads in groups; one key axis
+    k_ctx, v_ctx = k_ctx.unsqueeze(2), v_ctx.unsqueeze(2)                   # (B, H_kv, 1, T_c, Lambda, d_h)
+    scores = (q * k_ctx).sum(-1) / math.sqrt(d_h)                           # (B, H_kv, group, T, Lambda)
+    out = (torch.softmax(scores, dim=-1).unsqueeze(-1) * v_ctx).sum(-2)      # (B, H_kv, group, T, d_h)
+    return out.view(B, H, T, d_h)
 
 
 class GCLA(MultiHeadAttention):
@@ -113,10 +120,10 @@ class GCLA(MultiHeadAttention):
         self.gate = nn.Linear(d, self.H * self.d_h, bias=bias)          # eq. 28
 
     def context_heads(self, context: torch.Tensor, proj: nn.Linear) -> torch.Tensor:
-        """(B, T_c, Lambda, d) -> (B, H, T_c, Lambda, d_h): project, split into key/value heads, share by group."""
+        """(B, T_c, Lambda, d) -> (B, H_kv, T_c, Lambda, d_h): project and split into key/value heads (each serves
+        its group of query heads in `context_attention`)."""
         B, T_c, n, _ = context.shape
-        heads = proj(context).view(B, T_c, n, self.H_kv, self.d_h).permute(0, 3, 1, 2, 4)
-        return heads.repeat_interleave(self.H // self.H_kv, dim=1)
+        return proj(context).view(B, T_c, n, self.H_kv, self.d_h).permute(0, 3, 1, 2, 4)
 
     def new_cache(self, max_len: int) -> GCLACache:
         """An empty decoding state for this layer: the KV cache and the running sum of the layer's input."""
@@ -135,7 +142,7 @@ class GCLA(MultiHeadAttention):
         o_ctx = context_attention(q_ctx, self.context_heads(context, self.k_ctx),   # eqs. 24-26
                                   self.context_heads(context, self.v_ctx))
         beta = torch.sigmoid(self.phi)
-        o = (1 - beta) * o_self + beta * o_ctx                                  # eq. 27
+        o = torch.lerp(o_self, o_ctx, beta)               # eq. 27: (1 - beta) o_self + beta o_ctx, one operation
         g = torch.sigmoid(self.gate(x))                                         # eq. 28
         return self.out(g * self.merge_heads(o))                                # eq. 29
 

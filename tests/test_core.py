@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from minwiola.attention import (KVCache, MultiHeadAttention, attention_explicit, attention_fused, attention_tiled,
+from minwiola.attention import (IMPLS, KVCache, MultiHeadAttention, attention_explicit, attention_fused, attention_tiled,
                                 causal_mask)
 from minwiola.ffn import MLP, SwiGLU, swiglu_hidden
 from minwiola.model import ModelConfig, make_ffn, make_norm
@@ -162,6 +162,43 @@ def test_gqa_equals_mha_with_copied_heads():
     gqa, mha = gqa_and_mha(positions="none")
     x = torch.randn(1, 6, 16)
     assert torch.allclose(gqa(x), mha(x), atol=1e-12)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("positions", ["rope", "alibi"])
+def test_gqa_reads_unrepeated_heads_as_mha_reads_copies(impl, positions):
+    """Every kernel, every mask path (the full causal sequence, a chunk after a cache, one decode step): GQA's
+    key/value heads, never repeated by the fused kernel, give what MHA gives with each head copied, to 1e-10."""
+    gqa, mha = gqa_and_mha(positions=positions, impl=impl)
+    x = torch.randn(2, 9, 16)
+    assert (gqa(x) - mha(x)).abs().max() < 1e-10
+    caches = gqa.new_cache(16), mha.new_cache(16)
+    for chunk in (x[:, :5], x[:, 5:8], x[:, 8:]):            # T_q = 5 (= T_k), then 3 of 8, then 1 of 9
+        assert (gqa(chunk, cache=caches[0]) - mha(chunk, cache=caches[1])).abs().max() < 1e-10
+    assert caches[0].k.shape[1] == 2 and caches[1].k.shape[1] == 4   # the cache holds H_kv heads
+
+
+def test_fused_gqa_saves_no_repeated_keys_for_the_backward():
+    """The fused kernel reads each key/value head for its group of queries: what autograd keeps for the backward
+    is smaller than for MHA, by exactly the keys and values of the H - H_kv heads GQA does not have."""
+    def saved(layer, x):
+        params, storages = {p.untyped_storage().data_ptr() for p in layer.parameters()}, {}
+
+        def pack(t):                                    # each storage once; the weights are held anyway
+            if t.untyped_storage().data_ptr() not in params:
+                storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            layer(x)
+        return sum(storages.values())
+
+    B, T, d, H, d_h = 2, 12, 16, 4, 4
+    gqa, mha = gqa_and_mha(d, H, positions="none")
+    x = torch.randn(B, T, d, requires_grad=True)
+    assert saved(mha, x) - saved(gqa, x) == 2 * (H - 2) * d_h * B * T * x.element_size()
+    explicit = gqa_and_mha(d, H, positions="none", impl="explicit")[0]   # the written-out kernel repeats them
+    assert saved(explicit, x) > saved(gqa, x)
 
 
 def test_unified_projection_bands():

@@ -77,6 +77,22 @@ def test_layer_zero_context_slot_is_zero_and_contributes_nothing():
                        torch.zeros(2, 4, 6, 3))
 
 
+@pytest.mark.usefixtures("float64")
+def test_context_attention_is_eq_26_and_shares_heads_by_group():
+    """Written out with matrix products (eq. 26), with each of the H_kv context heads copied for the H / H_kv query
+    heads it serves (h // (H / H_kv)): the elementwise, grouped form gives the same to 1e-12; one context for all
+    positions (T_c = 1) broadcasts."""
+    B, H, H_kv, T, d_h = 2, 6, 2, 5, 4
+    q = torch.randn(B, H, T, d_h)
+    for T_c in (T, 1):
+        k, v = torch.randn(B, H_kv, T_c, 2, d_h), torch.randn(B, H_kv, T_c, 2, d_h)
+        k_all, v_all = k.repeat_interleave(H // H_kv, 1), v.repeat_interleave(H // H_kv, 1)
+        scores = q.unsqueeze(-2) @ k_all.transpose(-2, -1) / d_h ** 0.5                # (B, H, T, 1, 2)
+        written = (torch.softmax(scores, -1) @ v_all).squeeze(-2)
+        assert (context_attention(q, k, v) - written).abs().max() < 1e-12
+        assert (context_attention(q, k_all, v_all) - written).abs().max() < 1e-12       # H_kv = H as well
+
+
 # ---------------------------------------------------------------------------------------------------- GCLA
 
 def test_gcla_parameters_and_initial_blend():
