@@ -233,6 +233,23 @@ def check_configs(parser: argparse.ArgumentParser, options: str, build) -> None:
         parser.error(f"{options}: {e}")
 
 
+def result_options(parser: argparse.ArgumentParser, name: str, history: bool = False) -> None:
+    """Add --result (default results/NAME.json) and --report (print the docs' tables from that file, run
+    nothing); with `history`, also --change, a row for the file's history (`with_history`)."""
+    if history:
+        parser.add_argument("--change", help="a row for the history: what the code at this commit changed")
+    parser.add_argument("--result", default=str(ROOT / "results" / f"{name}.json"))
+    parser.add_argument("--report", action="store_true", help="print docs/results.md's tables from --result; run "
+                                                              "nothing")
+
+
+def with_history(result: dict, path: Path, row: dict | None) -> dict:
+    """`result` with the history its earlier file at `path` kept, plus `row` when given: how a benchmark records
+    what each change to the code bought (each row names its change and commit), across runs."""
+    kept = json.loads(path.read_text()).get("history", []) if path.exists() else []
+    return {**result, "history": kept + ([row] if row else [])}
+
+
 def user_errors(main):
     """Decorate a benchmark's `main(argv)`: what the library refuses (ValueError: a run folder that holds the user's
     own files, missing or damaged data or weights, settings that do not fit) and a file that cannot be read or

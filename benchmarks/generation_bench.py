@@ -38,7 +38,8 @@ import torch.nn.functional as F
 if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import ROOT, commit, hardware, known_preset, positive_int, user_errors, write_result
+from benchmarks.common import commit, hardware, known_preset, positive_int, result_options, user_errors, \
+    with_history, write_result
 from minwiola.generate import generate_ids, sample_next
 from minwiola.model import LanguageModel, ModelConfig, preset
 
@@ -171,10 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", type=known_preset, default="yocto")
     parser.add_argument("--new-tokens", type=positive_int, default=256)
     parser.add_argument("--repeat", type=positive_int, default=7)
-    parser.add_argument("--change", help="a row for the history: what the code at this commit changed")
-    parser.add_argument("--result", default=str(ROOT / "results" / "generation_bench.json"))
-    parser.add_argument("--report", action="store_true", help="print docs/results.md's table from --result; run "
-                                                              "nothing")
+    result_options(parser, "generation_bench", history=True)
     args = parser.parse_args(argv)
     if args.report:
         print(history_table(json.loads(Path(args.result).read_text())))
@@ -203,8 +201,6 @@ def main(argv: list[str] | None = None) -> int:
                 "reference, inference mode": operations_profile(
                     lambda k: inference_mode(reference_decode)(model, 0, k, 0), counted)}
     given = argv if argv is not None else sys.argv[1:]
-    path = Path(args.result)
-    history = json.loads(path.read_text()).get("history", []) if path.exists() else []
     result = {"command": shlex.join(["python", "benchmarks/generation_bench.py", *given]),
               "commit": commit(), "hardware": hardware(), "torch": torch.__version__,
               "threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
@@ -214,12 +210,10 @@ def main(argv: list[str] | None = None) -> int:
               "library_over_reference_inference_mode": round(rate["library"] / rate["reference, inference mode"], 3),
               "cache_speedup": round(rate["library"] / rate["no cache"], 2), "profiles": profiles,
               "ms_per_token": where_time_goes(model, n, args.repeat), "yocto_claim": YOCTO_CLAIM}
-    if args.change:
-        history.append({"change": args.change, "commit": result["commit"], "library": rate["library"],
-                        "reference": rate["reference"], "ratio": result["library_over_reference"],
-                        "library_ops_per_token": profiles["library"]["ops_per_token"]})
-    result["history"] = history
-    write_result(result, path)
+    row = {"change": args.change, "commit": result["commit"], "library": rate["library"], "reference": rate["reference"],
+           "ratio": result["library_over_reference"], "library_ops_per_token": profiles["library"]["ops_per_token"]}
+    result = with_history(result, Path(args.result), row if args.change else None)
+    write_result(result, Path(args.result))
     print("tokens/s: " + ", ".join(f"{name} {r:.0f}" for name, r in rate.items()) + f"; the same tokens: {same}")
     print(f"library / reference: {result['library_over_reference']:.2f}x; / reference in inference mode: "
           f"{result['library_over_reference_inference_mode']:.2f}x")

@@ -39,6 +39,7 @@ BAD_OPTIONS = {
     "tokenizer_bench": [["--repeat", "0"], ["--vocab-size", "10"]],
     "train_bench": [["--presets", "nope"], ["--steps", "0"], ["--batch", "0"], ["--device", "tpu"],
                     ["--peak-tflops", "0"]],
+    "wiola_step_bench": [["--batch", "0"], ["--block", "600"], ["--repeat", "-1"], ["--target-mu", "0.7"]],
     "train_runs": [["--presets", "nope"], ["--minutes", "-1"], ["--seeds", "1e3"], ["--steps-of-seed", "-5"],
                    ["--dropout", "2"]],
 }
@@ -71,9 +72,10 @@ def test_every_benchmark_is_covered():
 @pytest.fixture
 def sandbox(tmp_path, monkeypatch):
     """Should a script ever get past its options, it writes under tmp_path, never into the repository's runs/ or
-    results/ (their defaults are made from each script's ROOT, and recipes.py's RESULT)."""
+    results/ (their defaults are made from each script's ROOT or common.ROOT, and recipes.py's RESULT)."""
+    monkeypatch.setattr(script("common"), "ROOT", tmp_path)
     for name in BAD_OPTIONS:
-        monkeypatch.setattr(script(name), "ROOT", tmp_path)
+        monkeypatch.setattr(script(name), "ROOT", tmp_path, raising=False)
     monkeypatch.setattr(script("recipes"), "RESULT", tmp_path / "recipes.json")
     monkeypatch.setenv("MINWIOLA_CACHE", str(tmp_path / "cache"))
 
