@@ -15,6 +15,7 @@ import benchmarks.scale_bench
 import benchmarks.scan_bench
 import benchmarks.ssm_bench
 import benchmarks.train_runs
+import benchmarks.wiola_step_bench
 from minwiola import quick_mode
 from minwiola.lesson import check_environment, requirements
 
@@ -118,6 +119,13 @@ def test_benchmark_numbers_come_from_results():
     ratio = rows["wiola-cs336"]["seconds_per_step"] / rows["llama-cs336"]["seconds_per_step"]
     yocto_size = rows["wiola-yocto"]["seconds_per_step"] / rows["llama-style"]["seconds_per_step"]
     assert f"Wiola's training step costs {ratio:.2f}x LLaMA's at the CS336 shape and {yocto_size:.2f}x" in RESULTS
+    w = json.loads((ROOT / "results" / "wiola_step_bench.json").read_text())
+    assert benchmarks.wiola_step_bench.arms_table(w) in RESULTS
+    assert benchmarks.wiola_step_bench.history_table(w) in RESULTS
+    wiola, gcla = w["arms"]["wiola"], w["arms"]["llama-style+gcla"]
+    flat = " ".join(RESULTS.split())
+    assert f"Wiola's step costs {wiola['time_ratio']:.2f}x LLaMA's for {wiola['flop_ratio']:.3f}x the FLOPs" in flat
+    assert f"its {gcla['flop_ratio']:.2f}x FLOPs take {gcla['time_ratio']:.2f}x the time" in flat
 
 
 def train_runs():
