@@ -128,7 +128,8 @@ class TrainConfig:
     eval_tokens: int | None = 262_144     # score the first this many held-out tokens (2^18); None: the whole split
     seed: int = 0
     device: str = "auto"                  # "auto" (cuda, then mps, then cpu), or a torch device name
-    compile: bool = False                 # torch.compile the model (off by default: slow to start, CPU gains little)
+    compile: bool = False                 # torch.compile the model: a slower start (12-37 s on a CPU), then 7-13%
+                                          # faster steps (benchmarks/compile_bench.py, docs/training.md)
     activation_checkpointing: bool = False
     prompt: str = "Once upon a time"
     sample_tokens: int = 120

@@ -18,6 +18,7 @@ BAD_OPTIONS = {
     "atm_bench": [["--batch", "0"], ["--T", "0"], ["--steps", "0"], ["--repeat", "0"], ["--mu", "nan"]],
     "attention_bench": [["--lengths", "0"], ["--repeat", "0"]],
     "checkpointing_bench": [["--presets", "nope"], ["--batch", "0"], ["--repeat", "0"], ["--threads", "0"]],
+    "compile_bench": [["--preset", "nope"], ["--batch", "0"], ["--block", "1000"], ["--repeat", "0"]],
     "convergence": [["--steps", "0"], ["--rates", "0"], ["--threads", "0"], ["--dropout", "1"],
                     ["--extend", "-1"], ["--target-mu", "0.5"], ["--shape", "[1]"],
                     ["--shape", SHAPE_TOO_NARROW]],

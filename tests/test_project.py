@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 import benchmarks.ablation
+import benchmarks.compile_bench
 import benchmarks.diffusion_bench
 import benchmarks.generation_bench
 import benchmarks.layouts_bench
@@ -119,6 +120,11 @@ def test_benchmark_numbers_come_from_results():
     ratio = rows["wiola-cs336"]["seconds_per_step"] / rows["llama-cs336"]["seconds_per_step"]
     yocto_size = rows["wiola-yocto"]["seconds_per_step"] / rows["llama-style"]["seconds_per_step"]
     assert f"Wiola's training step costs {ratio:.2f}x LLaMA's at the CS336 shape and {yocto_size:.2f}x" in RESULTS
+    training = " ".join((ROOT / "docs" / "training.md").read_text().split())
+    for name in ("compile_bench", "compile_bench_llama"):
+        compiled = json.loads((ROOT / "results" / f"{name}.json").read_text())
+        assert benchmarks.compile_bench.sentence(compiled) in training
+        assert compiled["largest_loss_difference"] < 1e-5               # "the two losses agree to 1e-6 nats"
     w = json.loads((ROOT / "results" / "wiola_step_bench.json").read_text())
     assert benchmarks.wiola_step_bench.arms_table(w) in RESULTS
     assert benchmarks.wiola_step_bench.history_table(w) in RESULTS
