@@ -4,9 +4,10 @@
 
 Two copies of the same model (the trainer's default preset, `wiola-yocto`, unless --preset), the same weights, one
 called through `torch.compile`, take training steps (forward, backward, AdamW) on the trainer's default batch
-(32 x 256 tokens; random ids, a new batch each turn, as training draws them: speed does not depend on their values,
-but a compiled model may compile again when a shape changes, as ATM's merged length can) in turns, so a change of
-the machine's load hits both alike. Measured:
+(32 x 256 tokens; random ids, a new batch each turn, as training draws them: speed does not depend on their values)
+in turns, so a change of the machine's load hits both alike. ATM runs at the preset's tau, as a run starts: at the
+initial weights it merges almost nothing, so the compiler is not asked to recompile for a new merged length, which a
+trained model's merging can ask. Measured:
   * the compile time: the compiled copy's first step (where the compiler runs) minus an eager step;
   * the steady step time of each, the median of --repeat turns after two warm-up turns, and their ratio;
   * the break-even: how long a run must be before the compiled one finishes first, compile time / time saved per

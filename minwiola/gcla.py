@@ -89,8 +89,9 @@ def context_attention(q: torch.Tensor, k_ctx: torch.Tensor, v_ctx: torch.Tensor)
     without a copy per query head. Returns (B, H, T, d_h). No mask: a context is all summaries, and whether they
     hold the future is decided when they are made (`summarize`).
 
-    A query meets only Lambda = 2 keys, so the scores are products summed over d_h, not matrix products: a batch of
-    B H T tiny (1 x d_h) @ (d_h x 2) products runs slower than the same numbers multiplied elementwise.
+    A query meets only Lambda = 2 keys, so the scores are products summed over d_h, not matrix products: B H T tiny
+    (1 x d_h) @ (d_h x 2) products fit matrix kernels badly, and the elementwise form does the same multiplications
+    (benchmarks/wiola_step_bench.py measured this change together with GQA's: its history table).
     """
     B, H, T, d_h = q.shape
     q = q.view(B, k_ctx.shape[1], H // k_ctx.shape[1], T, 1, d_h)          # query heads in groups; one key axis

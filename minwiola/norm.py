@@ -32,9 +32,9 @@ NORMS = ("layernorm", "rmsnorm", "wiola")            # the kinds `model.make_nor
 class LayerNorm(nn.Module):
     """LayerNorm, the formula above; equal to `torch.nn.LayerNorm(d, eps)` and to the formula written out (tested).
 
-    The forward pass calls torch's fused kernel, one operation where the formula written out takes seven (mean,
-    variance, subtract, add eps, root, divide, scale, shift): in a decoded token, which is bound by overhead
-    (lesson 04), the seven cost 6% of the time (benchmarks/generation_bench.py)."""
+    The forward pass calls torch's fused kernel, one operation where the formula written out takes eight (mean,
+    variance, subtract, add eps, root, divide, scale, shift): decoding, which is bound by overhead (lesson 04), got
+    18% more tokens per second from the switch (benchmarks/generation_bench.py's history)."""
 
     def __init__(self, d: int, eps: float = 1e-5, bias: bool = True):
         super().__init__()
