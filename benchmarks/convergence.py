@@ -71,8 +71,20 @@ Runs live in --runs/ARM-lrRATE-sSEED. The result (--result, and its .png) is rew
 thread count and each run's wall time.
 
     python benchmarks/convergence.py --report      # the table, from --result
+
+**Two cores, two processes.** Two launches with the same settings may share --runs and --result when their --arms
+are disjoint (each process writes only its own arms, under a lock, and keeps the other's as the file holds them);
+an arm that borrows a rate (llama-style) goes with the arm it borrows from. Each takes one core and its own
+--pid-file, e.g.
+
+    ... convergence.py --arms llama-style+width wiola llama-style --pid-file runs/convergence.pid
+    ... convergence.py --arms llama-style+gcla wiola-srpe-offset --pid-file runs/convergence2.pid
+
+The ATM calibration and the step times must be in --result before the second starts (the first launch makes
+them).
 """
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -329,6 +341,44 @@ def plot(result: dict, path: Path | None = None):
     return save_or_return(fig, path)
 
 
+# ------------------------------------------------------------------------------------------------ two processes
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """Hold an exclusive lock on `path`.lock while the block runs, so that two processes sharing one result file
+    write it in turns (POSIX: fcntl; the operating system frees the lock when a process dies)."""
+    try:
+        import fcntl
+    except ImportError:                                         # Windows: one process at a time, no lock needed
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def take_others(result: dict, path: Path, mine: list[str]) -> None:
+    """Before `result` is written: the arms this process does not train (not in `mine`) and the launches are taken
+    from the file as it is now, so that two processes training disjoint --arms with the same settings (one per
+    core) never write over each other's runs. A file with other settings is left to be replaced."""
+    if not path.exists():
+        return
+    disk = json.loads(path.read_text())
+    if any(disk.get(k) != result.get(k) for k in SETTINGS):
+        return
+    for name, arm in disk.get("arms", {}).items():
+        if name not in mine:
+            result["arms"][name] = arm
+    key = lambda launch: (launch["pid"], launch["when"], tuple(launch["arms"]))
+    seen = {key(x) for x in result["launches"]}
+    result["launches"] += [x for x in disk.get("launches", []) if key(x) not in seen]
+    result["launches"].sort(key=lambda x: x["when"])
+
+
 # ------------------------------------------------------------------------------------------------ the experiment
 
 def timing(tau: float, args) -> dict:
@@ -428,8 +478,10 @@ def main(argv: list[str] | None = None) -> int:
         result["atm_calibration"] = old["atm_calibration"]
 
     def save() -> None:
-        summarise(result, args)
-        write_result(result, path, plot)
+        with locked(path):
+            take_others(result, path, args.arms)
+            summarise(result, args)
+            write_result(result, path, plot)
 
     def arm_entry(name: str) -> dict:
         arm = result["arms"].setdefault(name, {"sweep": {}, "seeds": {}})
@@ -477,6 +529,12 @@ def main(argv: list[str] | None = None) -> int:
             log(f"ATM calibration: {result['atm_calibration']}")
         return result["atm_calibration"]["tau"]
 
+    borrowed = [n for n in args.arms if ARMS[n]["rate_from"] not in ("sweep", *args.arms)]
+    if borrowed:
+        parser.error(f"--arms {borrowed[0]} takes {ARMS[borrowed[0]]['rate_from']}'s rate: give both")
+    if REFERENCE not in args.arms and "atm_calibration" not in result and not args.evaluate_only:
+        parser.error(f"--arms without {REFERENCE} need the ATM calibration its sweep makes: {path} holds none "
+                     "for these settings (launch with it first)")
     if args.timing_only:
         if "atm_calibration" not in result:
             parser.error(f"--timing-only needs tau: {path} holds no ATM calibration for these settings")

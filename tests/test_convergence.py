@@ -134,3 +134,43 @@ def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
     assert r["partial"] is True                                                         # three arms never ran
     assert r["comparison"]["wiola vs llama-style+width"]["verdict"] in ("lower", "higher", "within noise")
     assert (tmp_path / "c.png").exists() and "| `wiola` |" in b.report(r)
+
+
+def test_two_processes_with_disjoint_arms_share_one_result(tmp_path, monkeypatch):
+    """The second process (its arms: llama-style+gcla) runs whole while the first is inside its first run: after
+    the first writes again, the file still holds the second's arm, and both launches."""
+    b = convergence
+    runs, result = tmp_path / "runs", tmp_path / "c.json"
+    first, second = [b.REFERENCE, "wiola", "llama-style"], ["llama-style+gcla"]
+    cli = lambda arms: ["--runs", str(runs), "--result", str(result), "--rates", "1e-3", "1e-2", "--extend", "0",
+                        "--seeds", "0", "--arms", *arms]
+    nested = []
+
+    def fake_run(name, lr, seed, steps, tau, args, look_inside):
+        folder = runs / b.run_name(name, lr, seed, steps, args)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "loss.png").touch()
+        if name == "wiola" and not nested:                 # the first process is training: the second runs now
+            nested.append(b.main(cli(second)))
+        bpb = 1.0 + lr + 0.01 * seed
+        return {"bits_per_byte": bpb, "nats_per_token": 2.8 * bpb, "final_bits_per_byte": bpb, "train_seconds": 1.0,
+                "flops_per_token": 4e6, "tau": tau}
+
+    monkeypatch.setattr(b, "run", fake_run)
+    monkeypatch.setattr(b, "calibrate_tau", lambda folder, target, batches, args: {"tau": 0.57})
+    monkeypatch.setattr(b, "timing", lambda tau, args: {"seconds_per_step": {n: 1.0 for n in b.ARMS}})
+    monkeypatch.setattr(b, "plot", None)
+    with pytest.raises(SystemExit):                        # no calibration yet: the reference's process goes first
+        b.main(cli(second))
+    with pytest.raises(SystemExit):                        # llama-style borrows the reference's rate
+        b.main(cli(["llama-style"]))
+    assert b.main(cli(first)) == 0 and nested == [0]
+    r = json.loads(result.read_text())
+    assert {n: set(a["seeds"]) for n, a in r["arms"].items()} == {n: {"0"} for n in b.ARMS if n != "wiola-srpe-offset"}
+    assert len(r["launches"]) == 2 and [x["arms"] for x in r["launches"]] == [first, second]
+    assert "llama-style+gcla vs llama-style+width" in r["comparison"]
+    # a file written with other settings is not merged into
+    r["arms"]["wiola"]["seeds"].clear()
+    result.write_text(json.dumps({**r, "steps": 5}))
+    b.take_others(r, result, first)
+    assert r["arms"]["wiola"]["seeds"] == {}
