@@ -73,7 +73,7 @@ thread count and each run's wall time.
     python benchmarks/convergence.py --report      # the table, from --result
 
 **Two cores, two processes.** Two launches with the same settings may share --runs and --result when their --arms
-are disjoint (each process writes only its own arms, under a lock, and keeps the other's as the file holds them);
+are disjoint (each process writes only its own arms, under a lock on --runs, and keeps the other's as the file holds them);
 an arm that borrows a rate (llama-style) goes with the arm it borrows from. Each takes one core and its own
 --pid-file, e.g.
 
@@ -344,21 +344,21 @@ def plot(result: dict, path: Path | None = None):
 # ------------------------------------------------------------------------------------------------ two processes
 
 @contextlib.contextmanager
-def locked(path: Path):
-    """Hold an exclusive lock on `path`.lock while the block runs, so that two processes sharing one result file
-    write it in turns (POSIX: fcntl; the operating system frees the lock when a process dies)."""
+def locked(folder: Path):
+    """Hold an exclusive lock on `folder` (it creates no file) while the block runs, so that two processes sharing
+    one result file write it in turns (POSIX: fcntl; the operating system frees the lock when a process dies)."""
     try:
         import fcntl
     except ImportError:                                         # Windows: one process at a time, no lock needed
         yield
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)                                            # closing frees the lock
 
 
 def take_others(result: dict, path: Path, mine: list[str]) -> None:
@@ -478,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         result["atm_calibration"] = old["atm_calibration"]
 
     def save() -> None:
-        with locked(path):
+        with locked(Path(args.runs)):
             take_others(result, path, args.arms)
             summarise(result, args)
             write_result(result, path, plot)
