@@ -9,8 +9,10 @@ Reads a finished run folder: its best weights, and the story it wrote from the t
   --per-prompt samples from each of the PROMPTS at temperature 0.8 and 1.0 (top-p 0.95), of the greedy story of
   each prompt, and of the held-out stories as the reference;
 * the model's held-out numbers, the command, commit, hardware and data.
-With --ship, the run's best weights (with config, tokenizer and checksums) are copied to minwiola/assets/story-model,
-the model `python -m minwiola.generate` uses when given no folder.
+With --ship, the run's best weights (with config, tokenizer and evaluation) are copied to minwiola/assets/story-model,
+the model `python -m minwiola.generate` uses when given no folder, with made.json: the `python -m minwiola.train`
+line that trains this very run again (`train.command_for`), the command that launched it, this command, the
+commit and the data; SHA256SUMS is written over the five.
 """
 import argparse
 import json
@@ -27,16 +29,35 @@ if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchma
 
 from benchmarks.common import ROOT, commit, hardware, positive_int, user_errors
 
-from minwiola import data
+from minwiola import data, sha256_file
 from minwiola.budget import count_params
 from minwiola.generate import STORY_MODEL, generate, load_model, sample_stories, story_statistics
+from minwiola.runs import SUMS, held_train_config
+from minwiola.train import TrainConfig, command_for
 
 PROMPTS = ["Once upon a time", "One day, a little girl named", "Tom and his dog", "The sun was shining and",
            "Lily wanted to", "There was a big tree", "Mom said", "The cat saw a", "Ben was sad because",
            "At the park,"]
 
 
-SHIPPED = ("model.safetensors", "config.json", "tokenizer.bpe", "eval.json", "SHA256SUMS")
+SHIPPED = ("model.safetensors", "config.json", "tokenizer.bpe", "eval.json")     # copied from the run's best/
+MADE = "made.json"
+
+
+def ship(run: Path, result: dict, folder: Path = STORY_MODEL) -> None:
+    """Copy `run`'s best weights, config, tokenizer and evaluation into `folder`, write made.json (how they were
+    made) and SHA256SUMS over the five. Only these files are written; nothing else in `folder` is touched."""
+    config = json.loads((run / "config.json").read_text())
+    trained = TrainConfig(**held_train_config(config["train"]))
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in SHIPPED:
+        shutil.copy2(run / "best" / name, folder / name)
+    made = {"train_command": command_for(trained, f"runs/{run.name}"), "launched_by": config.get("command"),
+            "shipped_by": result["command"], "commit": result["commit"], "data": result["data"],
+            "hardware": result["hardware"], "params": result["params"], "best": result["best"]}
+    (folder / MADE).write_text(json.dumps(made, indent=1) + "\n")
+    (folder / SUMS).write_text("".join(f"{sha256_file(folder / n)}  {n}\n" for n in sorted([*SHIPPED, MADE])))
+    load_model(folder)                                  # the checksums hold and the weights load
 
 
 def stories_at_steps(run: Path) -> dict[int, str]:
@@ -83,10 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     result["example"] = generate(model, tokenizer, "Once upon a time", args.tokens, seed=0)
     Path(args.result).write_text(json.dumps(result, indent=1) + "\n")
     if args.ship:
-        STORY_MODEL.mkdir(parents=True, exist_ok=True)  # replaces only the files an earlier --ship copied
-        for name in SHIPPED:
-            shutil.copy2(run / "best" / name, STORY_MODEL / name)
-        load_model(STORY_MODEL)                         # the checksums still hold
+        ship(run, result, STORY_MODEL)
         print("shipped", STORY_MODEL)
     return 0
 

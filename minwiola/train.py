@@ -78,6 +78,7 @@ import gc
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -846,6 +847,28 @@ def command_line() -> argparse.ArgumentParser:
             parser.add_argument(flag, type=kind, default=getattr(defaults, name),
                                 help=f"default: {getattr(defaults, name)}")
     return parser
+
+
+def command_for(cfg: TrainConfig, out: str | Path | None = None) -> str:
+    """The `python -m minwiola.train` line that trains `cfg` (into `out`): every setting spelled out (a default
+    that changes later cannot change what the line trains), --set FIELD=VALUE for each model override.
+    `command_line()` reads it back to an equal TrainConfig (tests/test_train.py), so a shipped model can say exactly
+    how it was made. Left out: a flag that is off, and minutes or eval_max_windows when None (no option says None)."""
+    if cfg.betas != TrainConfig().betas:
+        raise ValueError(f"betas={cfg.betas} has no command-line option")
+    words = ["python", "-m", "minwiola.train"] + (["--out", str(out)] if out is not None else [])
+    for name in field_types(TrainConfig):
+        value, flag = getattr(cfg, name), "--" + name.replace("_", "-")
+        if name in ("overrides", "betas") or value is False or (value is None and name != "eval_tokens"):
+            continue
+        if value is True:
+            words.append(flag)                                  # a store_true option: present means true
+        else:
+            words += [flag, "all" if value is None else str(value)]      # eval_tokens None: the whole split
+    if cfg.overrides:
+        text = lambda v: "none" if v is None else ("true" if v else "false") if isinstance(v, bool) else str(v)
+        words += ["--set"] + [f"{k}={text(v)}" for k, v in cfg.overrides.items()]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def tokens_or_all(text: str) -> int | None:

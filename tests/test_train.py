@@ -174,6 +174,55 @@ def test_bad_settings_are_refused():
         TrainConfig(preset="gpt5").model_config()
 
 
+def test_command_for_gives_the_line_that_reads_back_to_the_same_config():
+    """train.command_for(cfg) parsed by the trainer's own command line is cfg again: defaults, every kind of value
+    (a float rate, a bool flag, eval_tokens None as `all`, a prompt with quotes and spaces), and every kind of
+    override (str, float, int, bool, None)."""
+    import shlex
+    parser = train.command_line()
+
+    def read_back(line: str) -> TrainConfig:
+        words = shlex.split(line)
+        assert words[:3] == ["python", "-m", "minwiola.train"]
+        args = parser.parse_args(words[3:])
+        values = {n: getattr(args, n) for n in train.field_types(TrainConfig) if n not in ("overrides", "betas")}
+        return TrainConfig(**values, overrides=train.parse_overrides(parser, args.set))
+
+    assert read_back(train.command_for(TrainConfig())) == TrainConfig()
+    assert "--preset wiola-yocto --steps 2000" in train.command_for(TrainConfig())      # defaults spelled out too
+    made = TrainConfig(preset="llama-style", steps=3000, lr=0.03, eval_every=200, eval_tokens=None, seed=2,
+                       sample_tokens=60, compile=True, prompt="Lily's dog said \"hi\"  twice",
+                       overrides={"dropout": 0.1, "d_ff": 240, "gcla": "causal", "atm_tau": 0.30975341796875,
+                                  "attn_bias": False, "n_kv_heads": None, "tie_head": True})
+    line = train.command_for(made, "runs/story model")
+    assert read_back(line) == made and "--out 'runs/story model'" in line
+    assert "--batch-size 32" in line and "--eval-tokens all" in line and "--minutes" not in line
+    with pytest.raises(ValueError, match="betas"):
+        train.command_for(TrainConfig(betas=(0.9, 0.99)))
+
+
+def test_a_shipped_model_says_the_command_that_trains_it_again(small_data, tmp_path, monkeypatch):
+    """benchmarks/story_quality.py --ship copies a run's best weights with made.json; its train_command, run, makes
+    the very same weights (bit for bit), and the shipped folder loads (its SHA256SUMS cover made.json)."""
+    import shlex
+    from benchmarks import story_quality
+    cfg = tiny(overrides={**tiny().overrides, "dropout": 0.1}, seed=3)
+    Trainer(cfg, tmp_path / "runs" / "mine", progress=False, quiet=True).run()
+    shipped = tmp_path / "story-model"
+    monkeypatch.setattr(story_quality, "STORY_MODEL", shipped)
+    assert story_quality.main([str(tmp_path / "runs" / "mine"), "--ship", "--per-prompt", "1", "--tokens", "12",
+                               "--steps", "6", "--n-words", "3", "--result", str(tmp_path / "q.json")]) == 0
+    made = json.loads((shipped / "made.json").read_text())
+    assert made["train_command"].startswith("python -m minwiola.train --out runs/mine --preset wiola-yocto")
+    words = shlex.split(made["train_command"])
+    out = words.index("--out")
+    words[out + 1] = str(tmp_path / "again")
+    assert train.main(words[3:]) == 0
+    assert (tmp_path / "again" / "best" / "model.safetensors").read_bytes() == (shipped / "model.safetensors").read_bytes()
+    model, _ = load_model(shipped)
+    assert "made.json" in (shipped / "SHA256SUMS").read_text() and model.config.dropout == 0.1
+
+
 def test_command_line_trains_and_generate_writes_a_story(small_data, tmp_path, capsys):
     from minwiola.generate import main as generate_main
     out = tmp_path / "cli"
