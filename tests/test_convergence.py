@@ -61,6 +61,7 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
 
     def fake_run(name, lr, seed, steps, tau, args, look_inside):
         calls.append((name, lr, seed))
+        taus[name, seed] = tau
         folder = Path(args.runs) / b.run_name(name, lr, seed, steps, args)
         folder.mkdir(parents=True)
         (folder / "loss.png").touch()
@@ -69,8 +70,12 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
         return {"bits_per_byte": bpb, "nats_per_token": 2.8 * bpb, "final_bits_per_byte": bpb, "train_seconds": 1.0,
                 "flops_per_token": 4e6, "tau": tau}
 
+    taus = {}
+    calibrated = lambda folder, target, batches, args: {      # the reference's states 0.57, an ATM arm's its own
+        "tau": 0.57 if folder.name.startswith(b.REFERENCE) else 0.6 + len(folder.name) / 1000,
+        "on": f"{folder.name} best weights"}
     monkeypatch.setattr(b, "run", fake_run)
-    monkeypatch.setattr(b, "calibrate_tau", lambda folder, target, batches, args: {"tau": 0.57, "on": folder.name})
+    monkeypatch.setattr(b, "calibrate_tau", calibrated)
     monkeypatch.setattr(b, "timing", lambda tau, args: {"seconds_per_step": {n: 1.0 for n in b.ARMS}})
     monkeypatch.setattr(b, "plot", None)
     result = tmp_path / "c.json"
@@ -81,7 +86,12 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
     assert sweeps["wiola"] == [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]                          # grown twice, then inside
     assert sweeps[b.REFERENCE] == sweeps["llama-style+gcla"] == [1e-3, 3e-3, 1e-2]
     assert sweeps["llama-style"] == []                                                 # it borrows the control's rate
-    assert r["atm_calibration"]["on"] == f"{b.REFERENCE}-lr0.003-s100"
+    assert r["atm_calibration"]["on"] == f"{b.REFERENCE}-lr0.003-s100 best weights"
+    for name in ("wiola", "wiola-srpe-offset"):            # sweeps at the reference's tau, seeds at their own
+        own = r["arms"][name]["atm_calibration"]
+        assert own["on"].startswith(f"{name}-lr0.03-s100 ") and own["tau"] > 0.6
+        assert taus[name, 100] == 0.57 and taus[name, 0] == taus[name, 2] == own["tau"]
+    assert "atm_calibration" not in r["arms"]["llama-style+gcla"]
     for name, lr in [("wiola", 3e-2), ("wiola-srpe-offset", 3e-2), (b.REFERENCE, 3e-3), ("llama-style", 3e-3)]:
         assert [(l, s) for n, l, s in calls if n == name and s != 100] == [(lr, 0), (lr, 1), (lr, 2)], name
         assert r["arms"][name]["best_lr"] == lr and r["arms"][name].get("best_at_edge") in (False, None)
@@ -115,7 +125,10 @@ def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
     seed0 = wiola["seeds"]["0"]
     held = json.loads((runs / seed0["run"] / "config.json").read_text())["train"]
     assert (held["seed"], held["lr"], held["steps"], held["overrides"]["dropout"]) == (0, wiola["best_lr"], 4, 0.1)
-    assert held["overrides"]["atm_tau"] == r["atm_calibration"]["tau"]
+    assert held["overrides"]["atm_tau"] == wiola["atm_calibration"]["tau"]              # its own states'
+    assert wiola["atm_calibration"]["on"].startswith(f"wiola-lr{wiola['best_lr']:g}-s100 ")
+    swept = json.loads((runs / wiola["sweep"]["0.01"]["run"] / "config.json").read_text())["train"]
+    assert swept["overrides"]["atm_tau"] == r["atm_calibration"]["tau"]                # the reference's
     assert held.get("eval_tokens") is None                                              # the whole held-out split
     assert len(seed0["learned"]["gcla_beta"]) == 3 and len(seed0["learned"]["norm_delta_abs_mean"]) == 7
     assert len(seed0["learned"]["dsff_alpha"]) == 3 and seed0["atm_mu"] and seed0["flatness"]["last_10pct"]
