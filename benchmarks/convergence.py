@@ -385,21 +385,24 @@ def take_others(result: dict, path: Path, mine: list[str]) -> None:
 
 # ------------------------------------------------------------------------------------------------ the experiment
 
-def timing(tau: float, args) -> dict:
-    """Each arm's training-step seconds, all arms in turns in one process, on one real training batch."""
+def timing(tau: float, args, own: dict | None = None) -> dict:
+    """Each arm's training-step seconds, all arms in turns in one process, on one real training batch; an ATM arm
+    merges at its own tau where `own` (arm -> tau) has one, else at `tau`."""
+    taus = {n: (own or {}).get(n, tau) for n in ARMS}
     tokens = data.tokens("train", default_tokenizer())
     ids = data.get_batch(tokens, args.batch_size, args.block_size, torch.Generator().manual_seed(0),
                          torch.device("cpu"))
     ids = torch.cat([ids[0], ids[1][:, -1:]], dim=1)                 # (B, T + 1): the inputs and the last target
     load = os.getloadavg()[0]
     log(f"timing every arm's step in turns ({args.timing_repeat} turns; load {load:.2f})")
-    times = step_times({n: preset(BASE, **overrides(n, tau, args)) for n in ARMS}, args.block_size,
+    times = step_times({n: preset(BASE, **overrides(n, taus[n], args)) for n in ARMS}, args.block_size,
                        args.batch_size, args.timing_repeat, ids)
     return {"seconds_per_step": {n: min(t) for n, t in times.items()},
             "median_seconds_per_step": {n: statistics.median(t) for n, t in times.items()},
             "batch": args.batch_size, "block": args.block_size, "turns": args.timing_repeat, "threads":
             torch.get_num_threads(), "niceness": os.nice(0), "load_average_before": round(load, 2),
             "load_average_after": round(os.getloadavg()[0], 2), "commit": commit(),
+            "atm_tau": {n: taus[n] for n in ARMS if "atm" in ARMS[n]["parts"]},
             "when": datetime.datetime.now().isoformat(timespec="seconds"),
             "rule": "best of the turns; the arms take turns in one process, so the ratios are the finding"}
 
@@ -557,7 +560,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.timing_only:
         if "atm_calibration" not in result:
             parser.error(f"--timing-only needs tau: {path} holds no ATM calibration for these settings")
-        result["timing"] = timing(result["atm_calibration"]["tau"], args)
+        own = {n: a["atm_calibration"]["tau"] for n, a in result["arms"].items() if "atm_calibration" in a}
+        result["timing"] = timing(result["atm_calibration"]["tau"], args, own)
         save()
         return 0
     log(f"launch {launch}; {tokens:,} training tokens, {result['passes']:.1f} passes per run")

@@ -147,6 +147,11 @@ def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
     assert r["partial"] is True                                                         # three arms never ran
     assert r["comparison"]["wiola vs llama-style+width"]["verdict"] in ("lower", "higher", "within noise")
     assert (tmp_path / "c.png").exists() and "| `wiola` |" in b.report(r)
+    assert r["timing"]["atm_tau"]["wiola"] == r["atm_calibration"]["tau"]            # timed before its own tau
+    assert b.main([*common, "--timing-only"]) == 0                                      # again: at the seeds' tau
+    r = json.loads(result.read_text())
+    assert r["timing"]["atm_tau"] == {n: r["arms"]["wiola"]["atm_calibration"]["tau"] if n == "wiola" else
+                                      r["atm_calibration"]["tau"] for n in ("wiola", "wiola-srpe-offset")}
 
 
 def test_two_processes_with_disjoint_arms_share_one_result(tmp_path, monkeypatch):
