@@ -4,7 +4,9 @@
 
 Each (preset, seed) trains with `minwiola.train.Trainer` into runs/compare/PRESET-sSEED (resumed if it was
 interrupted, skipped if it finished). Every preset uses the 4,096-token tokenizer (`yocto` is trained at
-vocab_size=4096 so that all four share ids), dropout as given, and otherwise the trainer's defaults. The summary,
+vocab_size=4096 so that all four share ids), dropout as given, and otherwise the trainer's defaults. `--set
+FIELD=VALUE ...` changes the model config of every preset, as the trainer's own option does; the runs and the
+summary are then named PRESET+FIELD=VALUE (e.g. llama-style+d_ff=240). The summary,
 results/train_runs.json, gives per preset the best held-out nats/token, perplexity and bits per byte of each seed,
 their mean and spread (max - min), the steps, tokens and tokens/s, the held-out and (smoothed) training loss curves
 of each seed, a story from seed 0's best weights, and the command, commit, hardware and data.
@@ -12,7 +14,6 @@ of each seed, a story from seed 0's best weights, and the command, commit, hardw
     python benchmarks/train_runs.py --report      # docs/results.md's table, from results/train_runs.json
 """
 import argparse
-import dataclasses
 import json
 import math
 import statistics
@@ -25,12 +26,12 @@ if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchma
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import (ROOT, best_eval, commit, hardware, known_preset, non_negative_float, positive_float,
-                               positive_int, proportion, seed_int, user_errors)
+                               positive_int, proportion, seed_int, train_or_reuse, user_errors)
 
-from minwiola import data, runs
+from minwiola import data
 from minwiola.budget import count_params
 from minwiola.generate import generate, load_model
-from minwiola.train import TrainConfig, Trainer
+from minwiola.train import TrainConfig, parse_overrides
 
 PRESETS = ["wiola-yocto", "llama-style", "gpt2-style", "yocto"]
 
@@ -68,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=positive_float, default=TrainConfig.lr, help="peak learning rate")
     parser.add_argument("--dropout", type=proportion, default=0.1)
     parser.add_argument("--eval-every", type=positive_int, default=200)
+    parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="FIELD=VALUE",
+                        help="model config overrides for every preset, e.g. --set d_ff=240")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "compare"))
     parser.add_argument("--result", default=str(ROOT / "results" / "train_runs.json"))
     parser.add_argument("--report", action="store_true", help="print docs/results.md's table from --result; train nothing")
@@ -75,30 +78,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         print(table(json.loads(Path(args.result).read_text())))
         return 0
+    changes = parse_overrides(parser, args.set)
     # the code that trains is the code at launch: record that commit, not the one at the end
     launched_at = commit()
     summary = {}
     if args.steps_of_seed is not None:                  # the reference seed must run (or be found) first
         args.seeds = sorted(args.seeds, key=lambda s: s != args.steps_of_seed)
-    for name in args.presets:
+    for preset_name in args.presets:
+        name = preset_name + "".join(f"+{item}" for item in args.set)
         seeds = {}
         for seed in args.seeds:
-            overrides = {"dropout": args.dropout, **({"vocab_size": 4096} if name == "yocto" else {})}
+            overrides = {"dropout": args.dropout, **({"vocab_size": 4096} if preset_name == "yocto" else {}),
+                         **changes}
             minutes, steps = args.minutes or None, args.steps
             if args.steps_of_seed is not None and seed != args.steps_of_seed:
                 minutes, steps = None, best_eval(Path(args.runs) / f"{name}-s{args.steps_of_seed}")["steps"]
-            cfg = TrainConfig(preset=name, overrides=overrides, minutes=minutes, steps=steps,
+            cfg = TrainConfig(preset=preset_name, overrides=overrides, minutes=minutes, steps=steps,
                               batch_size=args.batch_size, lr=args.lr, seed=seed, eval_every=args.eval_every)
-            out = Path(args.runs) / f"{name}-s{seed}"
-            done = (out / "metrics.jsonl").exists() and (out / "loss.png").exists()
-            if done:                                       # a finished run is reused only if it is this experiment
-                held = runs.held_train_config(json.loads((out / "config.json").read_text())["train"])
-                wanted = json.loads(json.dumps(dataclasses.asdict(cfg)))
-                if any(held.get(k) != wanted.get(k) for k in held.keys() | wanted.keys()):   # a new field: None
-                    raise SystemExit(f"{out} holds a run with other settings; move it away or pass other --runs")
-            else:                                          # resume a stopped run; start over one that never saved
-                resume = (out / "checkpoint").exists() or (out / "checkpoint.old").exists()
-                Trainer(cfg, out, resume=resume, overwrite=not resume, progress=False).run()
+            out = train_or_reuse(cfg, Path(args.runs) / f"{name}-s{seed}")   # resumed if stopped, reused if done
             seeds[seed] = {**best_eval(out), "budget": f"{minutes} minutes" if minutes else f"{steps} steps"}
             print(name, seed, {k: v for k, v in seeds[seed].items() if "curve" not in k})
         bpb = [r["bits_per_byte"] for r in seeds.values()]

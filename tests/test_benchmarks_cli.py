@@ -42,7 +42,7 @@ BAD_OPTIONS = {
                     ["--peak-tflops", "0"]],
     "wiola_step_bench": [["--batch", "0"], ["--block", "600"], ["--repeat", "-1"], ["--target-mu", "0.7"]],
     "train_runs": [["--presets", "nope"], ["--minutes", "-1"], ["--seeds", "1e3"], ["--steps-of-seed", "-5"],
-                   ["--dropout", "2"]],
+                   ["--dropout", "2"], ["--set", "d_fff=240"], ["--set", "d_ff=wide"], ["--set", "d_ff"]],
 }
 CASES = [(name, argv) for name, bad in BAD_OPTIONS.items() for argv in bad]
 
@@ -99,3 +99,16 @@ def test_a_run_folder_of_the_users_is_refused_in_one_line(sandbox, tmp_path, cap
                            "--minutes", "0", "--steps", "1", "--result", str(tmp_path / "r.json")])
     assert str(mine) in line
     assert [p.name for p in mine.iterdir()] == ["thesis.tex"] and (mine / "thesis.tex").read_text() == "my work"
+
+
+def test_train_runs_changes_the_model_with_set_and_names_the_runs_after_it(sandbox, small_data, tmp_path):
+    """--set FIELD=VALUE reaches every preset's model config, and names its run folders and its summary."""
+    import json
+    assert script("train_runs").main(["--runs", str(tmp_path / "runs"), "--presets", "llama-style", "--seeds", "0",
+                                      "--minutes", "0", "--steps", "2", "--batch-size", "2", "--eval-every", "2",
+                                      "--set", "d=16", "n_layers=1", "--set", "d_ff=24", "--result", str(tmp_path / "r.json")]) == 0
+    name = "llama-style+d=16+n_layers=1+d_ff=24"
+    stored = json.loads((tmp_path / "runs" / f"{name}-s0" / "config.json").read_text())
+    assert (stored["model"]["d"], stored["model"]["n_layers"], stored["model"]["d_ff"]) == (16, 1, 24)
+    assert stored["train"]["overrides"] == {"dropout": 0.1, "d": 16, "n_layers": 1, "d_ff": 24}
+    assert list(json.loads((tmp_path / "r.json").read_text())["presets"]) == [name]

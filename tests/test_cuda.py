@@ -11,7 +11,7 @@ from minwiola import train
 from minwiola.generate import generate, load_model
 from minwiola.train import Trainer, read_metrics
 
-from test_train import killed_and_resumed, oom_above, small_data, tiny  # noqa: F401 (the fixture, helpers)
+from test_train import killed_and_resumed, oom_above, tiny
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from minwiola import runs, train
-from minwiola.corpus import builtin_stories
 from minwiola.model import LanguageModel
 from minwiola.train import Trainer
 
+from conftest import write_small_stories
 from test_train import tiny
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,13 +92,9 @@ if __name__ == "__main__":
 
 @pytest.fixture(scope="module")
 def stories(tmp_path_factory):
-    """The small_data fixture's stories (test_train.py) for the whole module, and an environment naming them."""
+    """The small_data fixture's stories (conftest.py) for the whole module, and an environment naming them."""
     root = tmp_path_factory.mktemp("ddp")
-    folder = root / "stories"
-    folder.mkdir()
-    told = builtin_stories("train", 400)
-    (folder / "train.txt").write_text("\n<|endoftext|>\n".join(told[:360]))
-    (folder / "valid.txt").write_text("\n<|endoftext|>\n".join(told[360:]))
+    folder = write_small_stories(root / "stories")
     env = {"MINWIOLA_DATA": str(folder), "MINWIOLA_CACHE": str(root / "cache")}
     with pytest.MonkeyPatch.context() as mp:
         for name, value in env.items():

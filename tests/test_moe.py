@@ -14,7 +14,6 @@ from minwiola.ffn import SwiGLU
 from minwiola.model import LanguageModel, ModelConfig, preset
 from minwiola.moe import MoE, balancing_loss, capacity
 from test_model import big_model, ids
-from test_train import small_data  # noqa: F401 (the trainer tests' private data folder)
 
 
 def moe(E=4, k=2, d=6, hidden=10, capacity_factor=None, seed=0) -> MoE:

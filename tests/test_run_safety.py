@@ -16,7 +16,7 @@ import torch
 from minwiola import data, download, first_line, grade, runs, sha256_file, train
 from minwiola.model import LanguageModel, preset
 from minwiola.train import Trainer
-from test_train import small_data, tiny  # noqa: F401 (a fixture and a helper shared with the trainer tests)
+from test_train import tiny
 
 TINY_SET = ["--set", "d=32", "n_layers=2", "n_heads=2", "n_kv_heads=1", "d_ff_a=16", "d_ff=48", "context=64"]
 

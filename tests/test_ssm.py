@@ -16,7 +16,6 @@ from minwiola.ssm import (METHODS, SSM, causal_conv_fft, discretize, discretize_
                           step_response)
 from minwiola.train import parameter_groups
 from test_model import big_model, fit, ids
-from test_train import small_data  # noqa: F401 (the trainer tests' private data folder)
 
 KINDS = ["s4d", "selective"]
 

@@ -10,25 +10,10 @@ import pytest
 import torch
 
 from minwiola import data, runs, train
-from minwiola.corpus import builtin_stories
 from minwiola.generate import load_model
 from minwiola.model import LanguageModel, next_token_loss, preset
 from minwiola.train import TrainConfig, Trainer, evaluate, learning_rate, parameter_groups, token_bytes
 from minwiola.tokenizer import default_tokenizer
-
-
-@pytest.fixture
-def small_data(tmp_path, monkeypatch):
-    """A private data folder with a few hundred generated stories, and a private token cache."""
-    folder = tmp_path / "stories"
-    folder.mkdir()
-    stories = builtin_stories("train", 400)
-    (folder / "train.txt").write_text("\n<|endoftext|>\n".join(stories[:360]))
-    (folder / "valid.txt").write_text("\n<|endoftext|>\n".join(stories[360:]))
-    monkeypatch.setenv("MINWIOLA_DATA", str(folder))
-    monkeypatch.setenv("MINWIOLA_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("MINWIOLA_QUICK", raising=False)
-    return folder
 
 
 def tiny(**changes) -> TrainConfig:
