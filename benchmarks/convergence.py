@@ -453,11 +453,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = {k: getattr(args, k) for k in SETTINGS}
     old = json.loads(path.read_text()) if path.exists() else {}
     same = {k: old.get(k) for k in SETTINGS} == settings
-    launch = {"commit": commit(), "uncommitted": uncommitted(),
+    command = "python benchmarks/convergence.py" + "".join(" " + a for a in (argv or sys.argv[1:]))
+    launch = {"command": command, "commit": commit(), "uncommitted": uncommitted(),
               "when": datetime.datetime.now().isoformat(timespec="seconds"), "pid": os.getpid(),
               "niceness": os.nice(0), "load_average": round(os.getloadavg()[0], 2), "arms": args.arms}
     tokens = len(data.tokens("train", default_tokenizer()))
-    result = {"command": "python benchmarks/convergence.py" + "".join(" " + a for a in (argv or sys.argv[1:])),
+    result = {"command": command,                                    # this launch's; every launch's in "launches"
               "commit": launch["commit"], "launches": (old.get("launches", []) if same else []) + [launch],
               "hardware": hardware(), "threads": torch.get_num_threads(), "torch": torch.__version__,
               "data": data.describe_source(), "train_tokens": tokens, **settings,

@@ -186,6 +186,7 @@ def test_two_processes_with_disjoint_arms_share_one_result(tmp_path, monkeypatch
     r = json.loads(result.read_text())
     assert {n: set(a["seeds"]) for n, a in r["arms"].items()} == {n: {"0"} for n in b.ARMS if n != "wiola-srpe-offset"}
     assert len(r["launches"]) == 2 and [x["arms"] for x in r["launches"]] == [first, second]
+    assert [x["command"].split(" --arms ")[1] for x in r["launches"]] == [" ".join(first), " ".join(second)]
     assert "llama-style+gcla vs llama-style+width" in r["comparison"]
     # a file written with other settings is not merged into
     r["arms"]["wiola"]["seeds"].clear()
