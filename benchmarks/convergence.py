@@ -44,11 +44,12 @@ the sample has no third split.)
 
 **ATM's threshold.** tau is bisected so that the merging layer's input merges --target-mu (0.11, inside the
 paper's 0.08-0.14 of eq. 33) of the tokens, on --calibration-batches training batches of a trained model
-(ablation.calibrate_tau). The sweeps merge at the tau calibrated on the best llama-style+width sweep run, as in the
-ablation. That threshold does not carry over: Wiola's own states at the merging layer are more alike, and its
-sweep runs ended merging about a third of the tokens. So each ATM arm's seeds merge at a tau calibrated again on
-the arm's own best sweep run (the arm's "atm_calibration"), which puts them back at about 0.11; the rate was chosen
-at the reference's tau. Every run logs the mu it really had.
+(ablation.calibrate_tau, the model in eval mode). First on the best llama-style+width sweep run, as in the
+ablation. That threshold does not carry over to Wiola: its states at the merging layer are more alike, and at the
+reference's tau (0.3098) Wiola ended its runs merging about a third of the tokens. So each ATM arm first trains a
+**calibration run** (the lowest rate of --rates, the sweep's seed, the reference's tau), tau is calibrated again
+on that run's best weights (the arm's "atm_calibration"), and the arm's whole sweep and its seeds then merge at
+that tau. An ATM arm's folders carry their tau (ARM-lrRATE-sSEED-tauT). Every run logs the mu it really had.
 
 **Budget.** --steps (3,000) steps of --batch-size (32) windows of --block-size (256) tokens: 24.6M tokens, 48 passes
 over the sample's 0.51M training tokens; warmup 5% then cosine to 0; the whole held-out split is evaluated every
@@ -158,8 +159,10 @@ def params(name: str, args) -> int:
     return count_params(preset(BASE, **overrides(name, 0.5, args)))
 
 
-def run_name(name: str, lr: float, seed: int, steps: int, args) -> str:
-    return f"{name}-lr{lr:g}-s{seed}" + (f"-steps{steps}" if steps != args.steps else "")
+def run_name(name: str, lr: float, seed: int, steps: int, tau: float | None, args) -> str:
+    """ARM-lrRATE-sSEED, then -stepsN off the budget and -tauT for an arm with ATM (its threshold)."""
+    return (f"{name}-lr{lr:g}-s{seed}" + (f"-steps{steps}" if steps != args.steps else "")
+            + (f"-tau{tau:g}" if "atm" in ARMS[name]["parts"] else ""))
 
 
 # every evaluation scores the whole held-out split: said explicitly where the trainer can cap it (eval_tokens), so
@@ -199,7 +202,7 @@ def flatness(evals: list[dict], steps: int) -> dict:
 def run(name: str, lr: float, seed: int, steps: int, tau: float | None, args, look_inside: bool) -> dict | None:
     """Train (or resume, or reuse) one run and gather it; None with --evaluate-only when it has not finished."""
     cfg = train_config(name, lr, seed, steps, tau, args)
-    out = Path(args.runs) / run_name(name, lr, seed, steps, args)
+    out = Path(args.runs) / run_name(name, lr, seed, steps, tau, args)
     if args.evaluate_only and not (out / "loss.png").exists():
         return None
     if not (out / "loss.png").exists():
@@ -366,9 +369,10 @@ def locked(folder: Path):
 
 
 def take_others(result: dict, path: Path, mine: list[str]) -> None:
-    """Before `result` is written: the arms this process does not train (not in `mine`) and the launches are taken
-    from the file as it is now, so that two processes training disjoint --arms with the same settings (one per
-    core) never write over each other's runs. A file with other settings is left to be replaced."""
+    """Before `result` is written: the arms this process does not train (not in `mine`), the launches and a newer
+    timing are taken from the file as it is now, so that two processes training disjoint --arms with the same
+    settings (one per core) never write over each other's runs, nor over a --timing-only measured meanwhile. A
+    file with other settings is left to be replaced."""
     if not path.exists():
         return
     disk = json.loads(path.read_text())
@@ -377,6 +381,8 @@ def take_others(result: dict, path: Path, mine: list[str]) -> None:
     for name, arm in disk.get("arms", {}).items():
         if name not in mine:
             result["arms"][name] = arm
+    if disk.get("timing", {}).get("when", "") > result.get("timing", {}).get("when", ""):
+        result["timing"] = disk["timing"]                     # measured since this process started (--retime)
     key = lambda launch: (launch["pid"], launch["when"], tuple(launch["arms"]))
     seen = {key(x) for x in result["launches"]}
     result["launches"] += [x for x in disk.get("launches", []) if key(x) not in seen]
@@ -510,6 +516,12 @@ def main(argv: list[str] | None = None) -> int:
         if ARMS[name]["rate_from"] != "sweep":
             arm["best_lr"] = sweep(ARMS[name]["rate_from"], tau)
             return arm["best_lr"]
+        tau = own_tau(name, tau)
+        if tau is None and "atm" in ARMS[name]["parts"]:   # its calibration run is unfinished
+            return None
+        for r in [r for r, e in arm["sweep"].items()        # runs at another tau (an earlier calibration)
+                  if e["run"] != run_name(name, float(r), args.sweep_seed, args.sweep_steps, tau, args)]:
+            del arm["sweep"][r]
         rates, gathered = list(args.rates), set()
         while True:
             for lr in sorted(set(rates) - gathered):
@@ -527,25 +539,28 @@ def main(argv: list[str] | None = None) -> int:
         arm["best_at_edge"] = next_rate(tried) is not None          # the grid could grow no further
         return arm["best_lr"]
 
-    def own_tau(name: str) -> float | None:
-        """The tau an arm's seeds train at: an ATM arm's is calibrated on its own best sweep run (None until that
-        run exists); the other arms' is the reference's, which they never use."""
-        arm = result["arms"][name]
+    def own_tau(name: str, reference_tau: float | None) -> float | None:
+        """The tau an arm's sweep and seeds train at: an ATM arm's own, calibrated on its calibration run (trained
+        here at the reference's tau; None while it is unfinished); the other arms', the reference's (unused)."""
         if "atm" not in ARMS[name]["parts"]:
-            return tau
-        folder = Path(args.runs) / run_name(name, arm["best_lr"], args.sweep_seed, args.sweep_steps, args)
-        if not arm.get("atm_calibration", {}).get("on", "").startswith(folder.name + " "):
-            if args.evaluate_only or not (folder / "loss.png").exists():
-                return None
-            arm["atm_calibration"] = calibrate_tau(folder, args.target_mu, args.calibration_batches, args)
-            log(f"ATM calibration for {name}'s seeds: {arm['atm_calibration']}")
-            save()
+            return reference_tau
+        arm = result["arms"][name]
+        lr = min(args.rates)
+        entry = run(name, lr, args.sweep_seed, args.sweep_steps, reference_tau, args, look_inside=False)
+        if entry is None:
+            return None
+        if arm.get("atm_calibration", {}).get("on", "").split(" ")[0] != entry["run"]:
+            arm["atm_calibration"] = calibrate_tau(Path(args.runs) / entry["run"], args.target_mu,
+                                                   args.calibration_batches, args)
+            log(f"ATM calibration for {name}: {arm['atm_calibration']}")
+        arm["calibration_run"] = entry
+        save()
         return arm["atm_calibration"]["tau"]
 
     def calibrated_tau() -> float | None:
         if "atm_calibration" not in result:
             lr = sweep(REFERENCE, None)
-            folder = Path(args.runs) / run_name(REFERENCE, lr, args.sweep_seed, args.sweep_steps, args) if lr else None
+            folder = Path(args.runs) / run_name(REFERENCE, lr, args.sweep_seed, args.sweep_steps, None, args) if lr else None
             if folder is None or not (folder / "loss.png").exists():
                 return None
             result["atm_calibration"] = calibrate_tau(folder, args.target_mu, args.calibration_batches, args)
@@ -576,12 +591,12 @@ def main(argv: list[str] | None = None) -> int:
     for stage in STAGES:
         names = [n for n in stage if n in args.arms and (tau is not None or "atm" not in ARMS[n]["parts"])]
         rates = {n: sweep(n, tau) for n in names}
-        taus = {n: own_tau(n) if rates[n] is not None else None for n in names}
         for seed in args.seeds:
             for name in names:
-                if taus[name] is None and "atm" in ARMS[name]["parts"] or rates[name] is None:
+                if rates[name] is None:
                     continue
-                entry = run(name, rates[name], seed, args.steps, taus[name], args, look_inside=True)
+                own = result["arms"][name].get("atm_calibration", {}).get("tau", tau)
+                entry = run(name, rates[name], seed, args.steps, own, args, look_inside=True)
                 if entry is not None:
                     result["arms"][name]["seeds"][str(seed)] = entry
                     save()

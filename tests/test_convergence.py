@@ -61,14 +61,14 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
 
     def fake_run(name, lr, seed, steps, tau, args, look_inside):
         calls.append((name, lr, seed))
-        taus[name, seed] = tau
-        folder = Path(args.runs) / b.run_name(name, lr, seed, steps, args)
-        folder.mkdir(parents=True)
+        taus.setdefault((name, seed), []).append(tau)
+        folder = Path(args.runs) / b.run_name(name, lr, seed, steps, tau, args)
+        folder.mkdir(parents=True, exist_ok=True)
         (folder / "loss.png").touch()
         best = 3e-2 if name.startswith("wiola") else 3e-3
         bpb = (0.9 if name == "wiola" else 1.0) + (math.log10(lr) - math.log10(best)) ** 2 + 0.001 * seed
         return {"bits_per_byte": bpb, "nats_per_token": 2.8 * bpb, "final_bits_per_byte": bpb, "train_seconds": 1.0,
-                "flops_per_token": 4e6, "tau": tau}
+                "flops_per_token": 4e6, "tau": tau, "run": folder.name}
 
     taus = {}
     calibrated = lambda folder, target, batches, args: {      # the reference's states 0.57, an ATM arm's its own
@@ -83,15 +83,19 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
     r = json.loads(result.read_text())
 
     sweeps = {name: [lr for n, lr, s in calls if n == name and s == 100] for name in b.ARMS}
-    assert sweeps["wiola"] == [1e-3, 3e-3, 1e-2, 3e-2, 1e-1]                          # grown twice, then inside
+    assert sweeps["wiola"] == [1e-3, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1]      # calibration run; grown twice, then inside
     assert sweeps[b.REFERENCE] == sweeps["llama-style+gcla"] == [1e-3, 3e-3, 1e-2]
     assert sweeps["llama-style"] == []                                                 # it borrows the control's rate
     assert r["atm_calibration"]["on"] == f"{b.REFERENCE}-lr0.003-s100 best weights"
-    for name in ("wiola", "wiola-srpe-offset"):            # sweeps at the reference's tau, seeds at their own
+    for name in ("wiola", "wiola-srpe-offset"):   # a calibration run at the reference's tau, then all at its own
         own = r["arms"][name]["atm_calibration"]
-        assert own["on"].startswith(f"{name}-lr0.03-s100 ") and own["tau"] > 0.6
-        assert taus[name, 100] == 0.57 and taus[name, 0] == taus[name, 2] == own["tau"]
+        assert own["on"] == f"{name}-lr0.001-s100-tau0.57 best weights" and own["tau"] > 0.6
+        assert r["arms"][name]["calibration_run"]["run"] == f"{name}-lr0.001-s100-tau0.57"
+        assert taus[name, 100] == [0.57] + [own["tau"]] * 5 and taus[name, 0] == taus[name, 2] == [own["tau"]]
+        assert all(e["run"].endswith(f"-tau{own['tau']:g}") for e in r["arms"][name]["sweep"].values())
     assert "atm_calibration" not in r["arms"]["llama-style+gcla"]
+    assert b.run_name(b.REFERENCE, 1e-3, 0, 3000, 0.5, argparse.Namespace(steps=3000)) == f"{b.REFERENCE}-lr0.001-s0"
+
     for name, lr in [("wiola", 3e-2), ("wiola-srpe-offset", 3e-2), (b.REFERENCE, 3e-3), ("llama-style", 3e-3)]:
         assert [(l, s) for n, l, s in calls if n == name and s != 100] == [(lr, 0), (lr, 1), (lr, 2)], name
         assert r["arms"][name]["best_lr"] == lr and r["arms"][name].get("best_at_edge") in (False, None)
@@ -104,7 +108,7 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
     assert v["verdict"] == "lower" and v["difference"] == pytest.approx(-0.1) and v["bound"] == pytest.approx(0.004)
     calls.clear()
     b.main(["--runs", str(tmp_path / "runs2"), "--result", str(tmp_path / "d.json"), "--extend", "1"])
-    assert [lr for n, lr, s in calls if n == "wiola" and s == 100] == [1e-3, 3e-3, 1e-2, 3e-2]
+    assert [lr for n, lr, s in calls if n == "wiola" and s == 100] == [1e-3, 1e-3, 3e-3, 1e-2, 3e-2]
     assert json.loads((tmp_path / "d.json").read_text())["arms"]["wiola"]["best_at_edge"] is True
 
 
@@ -125,10 +129,12 @@ def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
     seed0 = wiola["seeds"]["0"]
     held = json.loads((runs / seed0["run"] / "config.json").read_text())["train"]
     assert (held["seed"], held["lr"], held["steps"], held["overrides"]["dropout"]) == (0, wiola["best_lr"], 4, 0.1)
-    assert held["overrides"]["atm_tau"] == wiola["atm_calibration"]["tau"]              # its own states'
-    assert wiola["atm_calibration"]["on"].startswith(f"wiola-lr{wiola['best_lr']:g}-s100 ")
-    swept = json.loads((runs / wiola["sweep"]["0.01"]["run"] / "config.json").read_text())["train"]
-    assert swept["overrides"]["atm_tau"] == r["atm_calibration"]["tau"]                # the reference's
+    own, calibration = wiola["atm_calibration"]["tau"], wiola["calibration_run"]["run"]
+    assert calibration == f"wiola-lr0.001-s100-tau{r['atm_calibration']['tau']:g}"     # at the reference's tau
+    assert wiola["atm_calibration"]["on"].startswith(calibration + " ")                 # own tau: from that run
+    stored_tau = lambda run: json.loads((runs / run / "config.json").read_text())["train"]["overrides"]["atm_tau"]
+    assert stored_tau(calibration) == r["atm_calibration"]["tau"] and held["overrides"]["atm_tau"] == own
+    assert stored_tau(wiola["sweep"]["0.01"]["run"]) == stored_tau(wiola["sweep"]["0.001"]["run"]) == own
     assert held.get("eval_tokens") is None                                              # the whole held-out split
     assert len(seed0["learned"]["gcla_beta"]) == 3 and len(seed0["learned"]["norm_delta_abs_mean"]) == 7
     assert len(seed0["learned"]["dsff_alpha"]) == 3 and seed0["atm_mu"] and seed0["flatness"]["last_10pct"]
@@ -141,7 +147,7 @@ def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
     before = {p.name: (p / "metrics.jsonl").stat().st_mtime_ns for p in runs.iterdir()}
     assert b.main([*common, "--seeds", "0", "1"]) == 0                                  # resumes: only seed 1 trains
     after = {p.name: (p / "metrics.jsonl").stat().st_mtime_ns for p in runs.iterdir()}
-    assert {k: after[k] for k in before} == before and len(after) == len(before) + 2
+    assert {k: after[k] for k in before} == before and len(after) == len(before) + 2   # seed 1 of both arms
     r = json.loads(result.read_text())
     assert set(r["arms"]["wiola"]["seeds"]) == {"0", "1"} and len(r["launches"]) == 2
     assert r["partial"] is True                                                         # three arms never ran
@@ -165,14 +171,14 @@ def test_two_processes_with_disjoint_arms_share_one_result(tmp_path, monkeypatch
     nested = []
 
     def fake_run(name, lr, seed, steps, tau, args, look_inside):
-        folder = runs / b.run_name(name, lr, seed, steps, args)
+        folder = runs / b.run_name(name, lr, seed, steps, tau, args)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "loss.png").touch()
         if name == "wiola" and not nested:                 # the first process is training: the second runs now
             nested.append(b.main(cli(second)))
         bpb = 1.0 + lr + 0.01 * seed
         return {"bits_per_byte": bpb, "nats_per_token": 2.8 * bpb, "final_bits_per_byte": bpb, "train_seconds": 1.0,
-                "flops_per_token": 4e6, "tau": tau}
+                "flops_per_token": 4e6, "tau": tau, "run": folder.name}
 
     monkeypatch.setattr(b, "run", fake_run)
     monkeypatch.setattr(b, "calibrate_tau", lambda folder, target, batches, args: {"tau": 0.57})
@@ -188,6 +194,15 @@ def test_two_processes_with_disjoint_arms_share_one_result(tmp_path, monkeypatch
     assert len(r["launches"]) == 2 and [x["arms"] for x in r["launches"]] == [first, second]
     assert [x["command"].split(" --arms ")[1] for x in r["launches"]] == [" ".join(first), " ".join(second)]
     assert "llama-style+gcla vs llama-style+width" in r["comparison"]
+    # a timing measured since (a --timing-only while the trainers were paused) is kept; an older one is not
+    r["timing"] = {"when": "2026-01-02T00:00:00", "seconds_per_step": {}}
+    on_disk = json.loads(result.read_text())
+    result.write_text(json.dumps({**on_disk, "timing": {"when": "2026-01-03T00:00:00", "seconds_per_step": {}}}))
+    b.take_others(r, result, first)
+    assert r["timing"]["when"] == "2026-01-03T00:00:00"
+    result.write_text(json.dumps({**on_disk, "timing": {"when": "2026-01-01T00:00:00", "seconds_per_step": {}}}))
+    b.take_others(r, result, first)
+    assert r["timing"]["when"] == "2026-01-03T00:00:00"
     # a file written with other settings is not merged into
     r["arms"]["wiola"]["seeds"].clear()
     result.write_text(json.dumps({**r, "steps": 5}))
