@@ -53,19 +53,25 @@ def train_or_reuse(cfg, out: Path) -> Path:
     return out
 
 
-def step_times(configs: dict, block: int, batch: int, repeat: int = 5, ids=None) -> dict[str, list[float]]:
+def step_times(configs: dict, block: int, batch: int, repeat: int = 5, ids=None,
+               trained: dict | None = None) -> dict[str, list[float]]:
     """Seconds of each of `repeat` training steps (forward, backward, AdamW) of each model config (name ->
     ModelConfig) on one batch (`ids`, (batch, block + 1) token ids; random ids if None), the models taking turns in
     one process, so that a change of the machine's load hits them alike; a first turn warms up and is not counted.
-    Their ratios are the finding on a shared machine, not the seconds."""
+    Their ratios are the finding on a shared machine, not the seconds. `trained` (name -> a folder of weights, e.g.
+    a run's best/) starts a model from trained weights instead of its initialisation: what ATM merges, and so
+    what a step costs, depends on them. Its stored config must be `configs[name]`."""
     import torch
+    from minwiola.generate import load_model
     from minwiola.model import LanguageModel
     torch.manual_seed(0)
     if ids is None:
         ids = torch.randint(0, min(c.vocab_size for c in configs.values()), (batch, block + 1))
     models, times = {}, {name: [] for name in configs}
     for name, cfg in configs.items():
-        models[name] = LanguageModel(cfg)
+        models[name] = load_model(trained[name])[0].train() if name in (trained or {}) else LanguageModel(cfg)
+        if models[name].config != cfg:
+            raise ValueError(f"{trained[name]} holds another model than {name}'s config")
         models[name].optimizer = torch.optim.AdamW(models[name].parameters(), 1e-3)
     for turn in range(repeat + 1):                          # the first turn warms up
         for name, model in models.items():

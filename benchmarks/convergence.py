@@ -63,7 +63,8 @@ turns, once tau is known): on a shared machine their ratios are honest, their ab
 this CPU. The trainer's own clock (train_seconds, valid_wall_seconds) is also recorded, and is NOT a clean timing:
 this machine is shared with other work, the process runs at niceness 19 and may be paused (SIGSTOP) while others
 measure, and that clock counts all of it. `--retime` measures the step times again (on an idle machine: do it with
-`--timing-only`, not niced).
+`--timing-only`, not niced, the trainers paused); `--timing-only` starts each arm from its best sweep run's
+weights, so that ATM merges as much as in training (an initialised Wiola merges about 1% at the reference's tau).
 
 **Verdict.** The benchmarks' rule (common.compare) on held-out bits per byte, one number per seed (the best
 evaluation): "lower"/"higher" when the difference of the means exceeds twice the larger seed spread (max - min) of
@@ -391,10 +392,13 @@ def take_others(result: dict, path: Path, mine: list[str]) -> None:
 
 # ------------------------------------------------------------------------------------------------ the experiment
 
-def timing(tau: float, args, own: dict | None = None) -> dict:
+def timing(tau: float, args, own: dict | None = None, trained: dict | None = None) -> dict:
     """Each arm's training-step seconds, all arms in turns in one process, on one real training batch; an ATM arm
-    merges at its own tau where `own` (arm -> tau) has one, else at `tau`."""
+    merges at its own tau where `own` (arm -> tau) has one, else at `tau`; an arm in `trained` (arm -> a run
+    folder) starts from that run's best weights (ATM merges as much as it did in training), else from its
+    initialisation."""
     taus = {n: (own or {}).get(n, tau) for n in ARMS}
+    trained = trained or {}
     tokens = data.tokens("train", default_tokenizer())
     ids = data.get_batch(tokens, args.batch_size, args.block_size, torch.Generator().manual_seed(0),
                          torch.device("cpu"))
@@ -402,13 +406,14 @@ def timing(tau: float, args, own: dict | None = None) -> dict:
     load = os.getloadavg()[0]
     log(f"timing every arm's step in turns ({args.timing_repeat} turns; load {load:.2f})")
     times = step_times({n: preset(BASE, **overrides(n, taus[n], args)) for n in ARMS}, args.block_size,
-                       args.batch_size, args.timing_repeat, ids)
+                       args.batch_size, args.timing_repeat, ids, {n: Path(f) / "best" for n, f in trained.items()})
     return {"seconds_per_step": {n: min(t) for n, t in times.items()},
             "median_seconds_per_step": {n: statistics.median(t) for n, t in times.items()},
             "batch": args.batch_size, "block": args.block_size, "turns": args.timing_repeat, "threads":
             torch.get_num_threads(), "niceness": os.nice(0), "load_average_before": round(load, 2),
             "load_average_after": round(os.getloadavg()[0], 2), "commit": commit(),
             "atm_tau": {n: taus[n] for n in ARMS if "atm" in ARMS[n]["parts"]},
+            "weights": {n: Path(trained[n]).name if n in trained else "initialisation" for n in ARMS},
             "when": datetime.datetime.now().isoformat(timespec="seconds"),
             "rule": "best of the turns; the arms take turns in one process, so the ratios are the finding"}
 
@@ -577,7 +582,9 @@ def main(argv: list[str] | None = None) -> int:
         if "atm_calibration" not in result:
             parser.error(f"--timing-only needs tau: {path} holds no ATM calibration for these settings")
         own = {n: a["atm_calibration"]["tau"] for n, a in result["arms"].items() if "atm_calibration" in a}
-        result["timing"] = timing(result["atm_calibration"]["tau"], args, own)
+        best = {n: Path(args.runs) / a["sweep"][f"{a['best_lr']:g}"]["run"] for n, a in result["arms"].items()
+                if a.get("best_lr") and f"{a['best_lr']:g}" in a["sweep"]}         # each arm's best sweep run
+        result["timing"] = timing(result["atm_calibration"]["tau"], args, own, best)
         save()
         return 0
     log(f"launch {launch}; {tokens:,} training tokens, {result['passes']:.1f} passes per run")

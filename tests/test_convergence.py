@@ -158,6 +158,13 @@ def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
     r = json.loads(result.read_text())
     assert r["timing"]["atm_tau"] == {n: r["arms"]["wiola"]["atm_calibration"]["tau"] if n == "wiola" else
                                       r["atm_calibration"]["tau"] for n in ("wiola", "wiola-srpe-offset")}
+    best = {n: r["arms"][n]["sweep"][f"{r['arms'][n]['best_lr']:g}"]["run"] for n in (b.REFERENCE, "wiola")}
+    assert r["timing"]["weights"] == {n: best.get(n, "initialisation") for n in b.ARMS}   # trained where it can
+    from benchmarks.common import step_times
+    wiola_config = json.loads((runs / best["wiola"] / "best" / "config.json").read_text())
+    with pytest.raises(ValueError, match="another model"):                      # weights of another arm: refused
+        step_times({"wiola": preset("llama-style", **{k: v for k, v in wiola_config.items() if k != "vocab_size"})},
+                   32, 2, 1, trained={"wiola": runs / best[b.REFERENCE] / "best"})
 
 
 def test_two_processes_with_disjoint_arms_share_one_result(tmp_path, monkeypatch):
