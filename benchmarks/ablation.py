@@ -123,6 +123,13 @@ def calibrate_tau(folder: Path, target: float, batches: int, args) -> dict:
             "mu_at_paper_tau_0.92": mu(0.92)}
 
 
+def held_out_windows(tokenizer, n: int = 64, T: int = 128) -> torch.Tensor:
+    """The first n windows of T held-out tokens (fewer when the split is shorter), (n, T): what `learned` reads."""
+    tokens = data.tokens("valid", tokenizer)
+    n = min(n, len(tokens) // T)
+    return torch.from_numpy(tokens[:n * T].astype("int64")).view(n, T)
+
+
 def learned(folder: Path) -> dict:
     """What the parts learned, read from a run's best weights."""
     model, tokenizer = load_model(folder / "best")
@@ -132,20 +139,43 @@ def learned(folder: Path) -> dict:
         out["gcla_beta"] = [1 / (1 + math.exp(-p)) for p in phis]
     if model.config.ffn == "dsff":                      # the gate alpha per dimension on held-out text
         alphas = []
-        tokens = data.tokens("valid", tokenizer)
-        x = torch.from_numpy(tokens[:64 * 128].astype("int64")).view(-1, 128)
         with torch.no_grad():
-            model(x)
+            model(held_out_windows(tokenizer))
         for b in model.blocks:
             a = b.ffn.last_alpha.reshape(-1, model.config.d)
             alphas.append({"mean": a.mean(0).tolist(), "std": a.std(0).tolist(),
                            "decided": int(((a.mean(0) < 0.1) | (a.mean(0) > 0.9)).sum())})
         out["dsff_alpha"] = alphas
-    deltas = [m.delta for m in model.modules() if hasattr(m, "delta")]
-    if deltas:                                          # WiolaRMSNorm's offsets, against the weights' scale
-        out["norm_delta_abs_mean"] = [float(d.detach().abs().mean()) for d in deltas]
-        out["norm_gamma_abs_mean"] = [float(m.gamma.detach().abs().mean()) for m in model.modules() if hasattr(m, "delta")]
+    norms = [m for m in model.modules() if hasattr(m, "delta")]
+    if norms:                                           # WiolaRMSNorm's offsets
+        out["norm_delta_abs_mean"] = [float(m.delta.detach().abs().mean()) for m in norms]
+        out["norm_gamma_abs_mean"] = [float(m.gamma.detach().abs().mean()) for m in norms]
+        out |= offset_effects(model, norms, tokenizer)
     return out
+
+
+def offset_effects(model, norms: list, tokenizer) -> dict:
+    """How much WiolaRMSNorm's offsets matter, per norm, on the first 8,192 held-out tokens (held_out_windows). delta is added to the
+    input x before normalising (eq. 9), so its size counts against x's, not against gamma's: RMS(delta) over the
+    mean RMS(x) of the tokens ("norm_delta_over_input"), and the relative change of the norm's output when delta is
+    set to 0 for that token, |y(x + delta) - y(x)| / |y(x + delta)| averaged over tokens ("norm_output_change")."""
+    ratio, change = {}, {}
+
+    def measure(module, args, y):
+        x = args[0].detach()
+        rms = lambda t: t.pow(2).mean(-1).sqrt()
+        without = module.gamma * x / (x.pow(2).mean(-1, keepdim=True) + module.eps).sqrt()   # delta = 0
+        ratio[module] = float(rms(module.delta.detach()) / rms(x).mean())
+        change[module] = float(((y - without).norm(dim=-1) / y.norm(dim=-1)).mean())
+
+    hooks = [m.register_forward_hook(measure) for m in norms]
+    try:
+        with torch.no_grad():
+            model(held_out_windows(tokenizer))
+    finally:
+        for h in hooks:
+            h.remove()
+    return {"norm_delta_over_input": [ratio[m] for m in norms], "norm_output_change": [change[m] for m in norms]}
 
 
 def verdict(arm: list[float], ref: list[float]) -> dict:

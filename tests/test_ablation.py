@@ -70,3 +70,26 @@ def test_the_fresh_summary_sets_apart_only_the_runs_that_chose_a_rate():
     assert gcla["verdict"]["part"] == "within noise"                 # seed 0's 2.80 spreads llama-style by 0.21
     assert gcla["fresh"]["verdict"]["part"] == "helps"               # without it: 0.1 lower, twice the spread 0.02
     assert gcla["fresh"]["verdict"]["difference"] == pytest.approx(2.9033333 - 3.005)
+
+
+def test_offset_effects_measure_delta_against_the_input_it_shifts(small_data):
+    """offset_effects: with delta = 0 nothing changes; with delta a constant c on every entry and an input whose
+    entries have RMS s, RMS(delta) / RMS(x) is c / s, whatever gamma is (gamma scales both outputs alike)."""
+    import torch
+    from minwiola.model import LanguageModel, preset
+    from minwiola.tokenizer import default_tokenizer
+    torch.manual_seed(0)
+    model = LanguageModel(preset("llama-style", norm="wiola", d=16, n_layers=1, n_heads=2)).eval()
+    norms = [m for m in model.modules() if hasattr(m, "delta")]
+    zero = ablation.offset_effects(model, norms, default_tokenizer())
+    assert zero["norm_delta_over_input"] == [0.0] * len(norms) and zero["norm_output_change"] == [0.0] * len(norms)
+    seen = {}
+    hook = norms[0].register_forward_hook(lambda m, a, y: seen.update(rms=a[0].pow(2).mean(-1).sqrt().mean()))
+    with torch.no_grad():
+        for m in norms:
+            m.delta.fill_(0.01)
+            m.gamma.mul_(3.0)
+    shifted = ablation.offset_effects(model, norms, default_tokenizer())
+    hook.remove()
+    assert abs(shifted["norm_delta_over_input"][0] - 0.01 / float(seen["rms"])) < 1e-6
+    assert all(0 < c < 1 for c in shifted["norm_output_change"])

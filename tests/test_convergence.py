@@ -137,6 +137,7 @@ def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
     assert stored_tau(wiola["sweep"]["0.01"]["run"]) == stored_tau(wiola["sweep"]["0.001"]["run"]) == own
     assert held.get("eval_tokens") is None                                              # the whole held-out split
     assert len(seed0["learned"]["gcla_beta"]) == 3 and len(seed0["learned"]["norm_delta_abs_mean"]) == 7
+    assert len(seed0["learned"]["norm_delta_over_input"]) == len(seed0["learned"]["norm_output_change"]) == 7
     assert len(seed0["learned"]["dsff_alpha"]) == 3 and seed0["atm_mu"] and seed0["flatness"]["last_10pct"]
     assert "learned" not in wiola["sweep"]["0.01"] and seed0["valid_wall_seconds"]
     # a setting added to TrainConfig since a run was written counts as that run's default: the run is reused
