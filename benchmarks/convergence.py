@@ -68,7 +68,8 @@ weights, so that ATM merges as much as in training (an initialised Wiola merges 
 
 **Verdict.** The benchmarks' rule (common.compare) on held-out bits per byte, one number per seed (the best
 evaluation): "lower"/"higher" when the difference of the means exceeds twice the larger seed spread (max - min) of
-the two arms, else "within noise". Per arm and seed also: what the Wiola parts learned (ablation.learned, from the
+the two arms, else "within noise". Beside it, not instead of it: the same rule on the last evaluation, and the
+difference seed by seed (seed s gives every arm the same batches in the same order). Per arm and seed also: what the Wiola parts learned (ablation.learned, from the
 best weights: GCLA's beta per layer, DSFF's gate alpha per dimension on held-out text, WiolaRMSNorm's offsets delta
 against the gains gamma) and ATM's mu at every evaluation.
 
@@ -264,6 +265,11 @@ def summarise(result: dict, args) -> None:
             v["flops_ratio"] = A["mean_flops_per_token"] / B["mean_flops_per_token"]
             v["step_time_ratio"] = (A["seconds_per_step"] / B["seconds_per_step"]
                                     if A["seconds_per_step"] and B["seconds_per_step"] else None)
+            # two secondary views, not the rule: the last evaluation instead of the best, and each seed against
+            # the same seed (the same batches in the same order: train.py draws them from the seed)
+            v["final"] = compare(pick(A, "final_bits_per_byte"), pick(B, "final_bits_per_byte"))
+            v["paired"] = {k: A["seeds"][k]["bits_per_byte"] - B["seeds"][k]["bits_per_byte"]
+                           for k in sorted(set(A["seeds"]) & set(B["seeds"]), key=int)}
             result["comparison"][f"{a} vs {b}"] = v
     result["partial"] = any(result["arms"].get(name, {}).get("best_lr") is None
                             or set(map(str, args.seeds)) - set(result["arms"][name]["seeds"]) for name in ARMS)
@@ -281,13 +287,15 @@ def report(result: dict) -> str:
         step = f"{a['seconds_per_step']:.3f}" if a.get("seconds_per_step") else ""
         lr = f"{a['best_lr']:g}" if a.get("best_lr") else ""
         rows.append(f"| `{name}` | {a['params']:,} | {sweep} | {lr} | {len(a['seeds'])} | {stats} | {step} |")
-    rows += ["", "| comparison | seeds | difference (bits/byte) | 2 x larger spread | verdict | nats/token | "
-                 "parameters | FLOPs | s/step |", "|---" * 9 + "|"]
+    rows += ["", "| comparison | seeds | difference (bits/byte) | 2 x larger spread | verdict | at the last "
+                 "evaluation | seed by seed | nats/token | parameters | FLOPs | s/step |", "|---" * 11 + "|"]
     for pair, v in result["comparison"].items():
         step = f"{v['step_time_ratio']:.2f}x" if v["step_time_ratio"] else ""
+        paired = ", ".join(f"{d:+.4f}" for d in v.get("paired", {}).values())
+        final = f"{v['final']['difference']:+.4f} {v['final']['verdict']}" if "final" in v else ""
         rows.append(f"| {pair} | {v['seeds'][0]} vs {v['seeds'][1]} | {v['difference']:+.4f} | {v['bound']:.4f} | "
-                    f"{v['verdict']} | {v['difference_nats_per_token']:+.4f} | {v['params_ratio']:.4f}x | "
-                    f"{v['flops_ratio']:.3f}x | {step} |")
+                    f"{v['verdict']} | {final} | {paired} | {v['difference_nats_per_token']:+.4f} | "
+                    f"{v['params_ratio']:.4f}x | {v['flops_ratio']:.3f}x | {step} |")
     return "\n".join(rows)
 
 

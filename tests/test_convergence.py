@@ -106,6 +106,9 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
     assert r["partial"] is True                                                         # one seed missing
     v = r["comparison"]["wiola vs llama-style+width"]
     assert v["verdict"] == "lower" and v["difference"] == pytest.approx(-0.1) and v["bound"] == pytest.approx(0.004)
+    assert v["final"]["verdict"] == "lower" and v["paired"] == pytest.approx({"0": -0.1, "1": -0.1, "2": -0.1})
+    assert "| wiola vs llama-style+width | 3 vs 3 | -0.1000 | 0.0040 | lower | -0.1000 lower | -0.1000, -0.1000, " \
+           "-0.1000 |" in b.report(r)
     calls.clear()
     b.main(["--runs", str(tmp_path / "runs2"), "--result", str(tmp_path / "d.json"), "--extend", "1"])
     assert [lr for n, lr, s in calls if n == "wiola" and s == 100] == [1e-3, 1e-3, 3e-3, 1e-2, 3e-2]
