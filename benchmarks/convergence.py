@@ -282,6 +282,10 @@ def report(result: dict) -> str:
     for name, a in result["arms"].items():
         sweep = ", ".join(f"{r}: {s['bits_per_byte']:.4f}" for r, s in sorted(a["sweep"].items(), key=lambda x: float(x[0])))
         sweep = sweep or f"({a.get('rate_from')}'s rate)"
+        if "calibration_run" in a:                            # an ATM arm: the run its own tau was calibrated on
+            c = a["calibration_run"]
+            mu = f", mu {c['atm_mu'][-1][1][0]:.2f} at the end" if c.get("atm_mu") else ""
+            sweep += f"; at tau {a['atm_calibration']['tau']:g}, calibrated on {c['run']} ({c['bits_per_byte']:.4f}{mu})"
         stats = (f"{a['mean_bits_per_byte']:.4f} | {a['spread_bits_per_byte']:.4f} | {a['mean_nats_per_token']:.4f} | "
                  f"{a['mean_flops_per_token'] / 1e6:.2f}M" if a["seeds"] else "| | |")
         step = f"{a['seconds_per_step']:.3f}" if a.get("seconds_per_step") else ""
@@ -532,9 +536,12 @@ def main(argv: list[str] | None = None) -> int:
         tau = own_tau(name, tau)
         if tau is None and "atm" in ARMS[name]["parts"]:   # its calibration run is unfinished
             return None
-        for r in [r for r, e in arm["sweep"].items()        # runs at another tau (an earlier calibration)
-                  if e["run"] != run_name(name, float(r), args.sweep_seed, args.sweep_steps, tau, args)]:
+        stale = [r for r, e in arm["sweep"].items()          # runs at another tau (an earlier calibration)
+                 if e["run"] != run_name(name, float(r), args.sweep_seed, args.sweep_steps, tau, args)]
+        for r in stale:
             del arm["sweep"][r]
+        if stale:
+            save()
         rates, gathered = list(args.rates), set()
         while True:
             for lr in sorted(set(rates) - gathered):

@@ -94,6 +94,7 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
         assert taus[name, 100] == [0.57] + [own["tau"]] * 5 and taus[name, 0] == taus[name, 2] == [own["tau"]]
         assert all(e["run"].endswith(f"-tau{own['tau']:g}") for e in r["arms"][name]["sweep"].values())
     assert "atm_calibration" not in r["arms"]["llama-style+gcla"]
+    assert f"at tau {own['tau']:g}, calibrated on wiola-srpe-offset-lr0.001-s100-tau0.57 (" in b.report(r)
     assert b.run_name(b.REFERENCE, 1e-3, 0, 3000, 0.5, argparse.Namespace(steps=3000)) == f"{b.REFERENCE}-lr0.001-s0"
 
     for name, lr in [("wiola", 3e-2), ("wiola-srpe-offset", 3e-2), (b.REFERENCE, 3e-3), ("llama-style", 3e-3)]:
@@ -109,6 +110,12 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
     assert v["final"]["verdict"] == "lower" and v["paired"] == pytest.approx({"0": -0.1, "1": -0.1, "2": -0.1})
     assert "| wiola vs llama-style+width | 3 vs 3 | -0.1000 | 0.0040 | lower | -0.1000 lower | -0.1000, -0.1000, " \
            "-0.1000 |" in b.report(r)
+    # an entry of an ATM arm's sweep at another tau (an earlier calibration) is dropped
+    stored = json.loads(result.read_text())
+    stored["arms"]["wiola"]["sweep"]["0.0003"] = {**stored["arms"]["wiola"]["sweep"]["0.001"], "run": "wiola-lr0.0003-s100"}
+    result.write_text(json.dumps(stored))
+    assert b.main(["--runs", str(tmp_path / "runs"), "--result", str(result), "--extend", "2"]) == 0
+    assert "0.0003" not in json.loads(result.read_text())["arms"]["wiola"]["sweep"]
     calls.clear()
     b.main(["--runs", str(tmp_path / "runs2"), "--result", str(tmp_path / "d.json"), "--extend", "1"])
     assert [lr for n, lr, s in calls if n == "wiola" and s == 100] == [1e-3, 1e-3, 3e-3, 1e-2, 3e-2]
