@@ -8,6 +8,7 @@ import yaml
 
 import benchmarks.ablation
 import benchmarks.compile_bench
+import benchmarks.convergence
 import benchmarks.diffusion_bench
 import benchmarks.generation_bench
 import benchmarks.layouts_bench
@@ -145,6 +146,14 @@ def test_ablation_table_comes_from_results():
     assert len(result["arms"]) == 14 and all(len(a["seeds"]) >= 3 for a in result["arms"].values())
     cal = result["atm_calibration"]
     assert f"tau = {cal['tau']}" in RESULTS and f"{cal['mu_at_paper_tau_0.92']:.1%} of the tokens at 0.92" in RESULTS
+
+
+def test_convergence_tables_come_from_results():
+    result = json.loads((ROOT / "results" / "convergence.json").read_text())
+    assert benchmarks.convergence.report(result) in RESULTS        # what `--report` prints, verbatim
+    assert result["data"].startswith("TinyStories sample")
+    heading = re.search(r"\*\*([^*]+)\*\* \(`results/convergence\.json`", RESULTS).group(1)
+    assert ("PARTIAL" in heading) == result["partial"]                 # the docs say so while runs are missing
 
 
 def test_story_model_comes_from_results():
