@@ -13,19 +13,10 @@ def float64():
     torch.set_default_dtype(old)
 
 
-def write_small_stories(folder):
-    """`folder` (made here) with train.txt and valid.txt: 360 and 40 generated stories."""
-    from minwiola.corpus import builtin_stories
-    folder.mkdir()
-    stories = builtin_stories("train", 400)
-    (folder / "train.txt").write_text("\n<|endoftext|>\n".join(stories[:360]))
-    (folder / "valid.txt").write_text("\n<|endoftext|>\n".join(stories[360:]))
-    return folder
-
-
 @pytest.fixture
 def small_data(tmp_path, monkeypatch):
     """A private data folder with a few hundred generated stories, and a private token cache."""
+    from story_files import write_small_stories
     folder = write_small_stories(tmp_path / "stories")
     monkeypatch.setenv("MINWIOLA_DATA", str(folder))
     monkeypatch.setenv("MINWIOLA_CACHE", str(tmp_path / "cache"))

@@ -19,7 +19,7 @@ from minwiola import runs, train
 from minwiola.model import LanguageModel
 from minwiola.train import Trainer
 
-from conftest import write_small_stories
+from story_files import write_small_stories
 from test_train import tiny
 
 REPO = Path(__file__).resolve().parents[1]
