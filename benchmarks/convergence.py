@@ -69,9 +69,10 @@ weights, so that ATM merges as much as in training (an initialised Wiola merges 
 **Verdict.** The benchmarks' rule (common.compare) on held-out bits per byte, one number per seed (the best
 evaluation): "lower"/"higher" when the difference of the means exceeds twice the larger seed spread (max - min) of
 the two arms, else "within noise". Beside it, not instead of it: the same rule on the last evaluation, and the
-difference seed by seed (seed s gives every arm the same batches in the same order). Per arm and seed also: what the Wiola parts learned (ablation.learned, from the
-best weights: GCLA's beta per layer, DSFF's gate alpha per dimension on held-out text, WiolaRMSNorm's offsets delta
-against the gains gamma) and ATM's mu at every evaluation.
+difference seed by seed (seed s gives every arm the same batches in the same order). Per arm and seed also: what
+the Wiola parts learned (ablation.learned, from the best weights: GCLA's beta per layer, DSFF's gate alpha per
+dimension on held-out text, WiolaRMSNorm's offsets delta against the input they shift) and ATM's mu at every
+evaluation.
 
 Runs live in --runs/ARM-lrRATE-sSEED. The result (--result, and its .png) is rewritten after every run
 ("partial": true until every arm has every seed), with the commit of every launch, the hardware, the data, the
