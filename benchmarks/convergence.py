@@ -23,7 +23,8 @@ overrides, benchmarks/ablation.py's PARTS; dropout 0.1, as the shipped story mod
     wiola                the full Wiola, causal forms (ablation.FIVE: WiolaRMSNorm, SRPE as the paper sets it,
                          DSFF at (44, 134), causal GCLA, copy-forward ATM at the calibrated tau): 513,156
     llama-style+gcla     llama-style plus causal GCLA, the best single part of the ablation: 512,580
-    wiola-srpe-offset    wiola with srpe_radius="offset", the relative fix lesson 06 derives: 513,156
+    wiola-srpe-offset    wiola with srpe_radius="offset", the relative fix lesson 06 derives: 513,156 (its rate
+                         is wiola's: one formula differs, and the pair is compared at one rate, seed by seed)
     llama-style          the shipped story model's design, 463,424 (not equal: the lesson's own comparison at
                          equal rates and budget; its rate is llama-style+width's, the same design 10% narrower)
 
@@ -35,12 +36,13 @@ comparisons: wiola and llama-style+gcla against llama-style+width (the two quest
 against wiola and against llama-style+width, and llama-style+width and wiola against llama-style (how much of the
 lesson's 400-step lead was parameters).
 
-**Rates.** Every arm but `llama-style` has its own sweep: --rates (1e-3, 3e-3, 1e-2) at the full budget
+**Rates.** Every arm but `llama-style` and `wiola-srpe-offset` has its own sweep: --rates (1e-3, 3e-3, 1e-2) at the full budget
 (--sweep-steps, default --steps) on --sweep-seed (100), a seed that is never reported. The rate of the lowest best
 held-out bits per byte wins; if it is the lowest or highest rate tried, the grid grows by half a decade that way
 (3e-4, 3e-2, ...; at most --extend times), so that the optimum lies inside what was tried. The reported seeds
 (--seeds 0 1 2) then train at that rate. (The held-out split both picks the rate, on seed 100, and scores seeds 0-2:
-the sample has no third split.)
+the sample has no third split.) The two others take the rate of the arm they differ from by one thing (a width,
+one formula): a sweep each would cost four single-core hours more and answer a question nobody asked.
 
 **ATM's threshold.** tau is bisected so that the merging layer's input merges --target-mu (0.11, inside the
 paper's 0.08-0.14 of eq. 33) of the tokens, on --calibration-batches training batches of a trained model
@@ -82,8 +84,8 @@ thread count and each run's wall time.
 
 **Two cores, two processes.** Two launches with the same settings may share --runs and --result when their --arms
 are disjoint (each process writes only its own arms, under a lock on --runs, and keeps the other's as the file holds them);
-an arm that borrows a rate (llama-style) goes with the arm it borrows from. Each takes one core and its own
---pid-file, e.g.
+an arm that takes another's rate and runs in the other process reads it from --result once that sweep is
+finished there (until then it trains only its ATM calibration run). Each takes one core and its own --pid-file, e.g.
 
     ... convergence.py --arms llama-style+width wiola llama-style --pid-file runs/convergence.pid
     ... convergence.py --arms llama-style+gcla wiola-srpe-offset --pid-file runs/convergence2.pid
@@ -125,7 +127,7 @@ ARMS = {
     REFERENCE: {"parts": [], "extra": {}, "rate_from": "sweep", "width_of": "llama-style+gcla"},
     "wiola": {"parts": FIVE, "extra": {}, "rate_from": "sweep"},
     "llama-style+gcla": {"parts": ["gcla"], "extra": {}, "rate_from": "sweep"},
-    "wiola-srpe-offset": {"parts": FIVE, "extra": {"srpe_radius": "offset"}, "rate_from": "sweep"},
+    "wiola-srpe-offset": {"parts": FIVE, "extra": {"srpe_radius": "offset"}, "rate_from": "wiola"},
     "llama-style": {"parts": [], "extra": {}, "rate_from": REFERENCE},
 }
 # the order of work: the main question, wiola against the reference, first (its sweeps, then its seeds in turn),
@@ -531,12 +533,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def find_rate(name: str, tau: float | None) -> float | None:
         arm = arm_entry(name)
-        if ARMS[name]["rate_from"] != "sweep":
-            arm["best_lr"] = sweep(ARMS[name]["rate_from"], tau)
-            return arm["best_lr"]
         tau = own_tau(name, tau)
         if tau is None and "atm" in ARMS[name]["parts"]:   # its calibration run is unfinished
             return None
+        if ARMS[name]["rate_from"] != "sweep":
+            arm["best_lr"] = borrowed_rate(ARMS[name]["rate_from"], tau)
+            return arm["best_lr"]
         stale = [r for r, e in arm["sweep"].items()          # runs at another tau (an earlier calibration)
                  if e["run"] != run_name(name, float(r), args.sweep_seed, args.sweep_steps, tau, args)]
         for r in stale:
@@ -559,6 +561,18 @@ def main(argv: list[str] | None = None) -> int:
         arm["best_lr"] = best_rate(tried)
         arm["best_at_edge"] = next_rate(tried) is not None          # the grid could grow no further
         return arm["best_lr"]
+
+    def borrowed_rate(source: str, tau: float | None) -> float | None:
+        """The rate of `source`: swept here when this process trains it, else read from --result once the other
+        process has finished its sweep (None until then: that arm's seeds wait for a later launch)."""
+        if source in args.arms:
+            return sweep(source, tau)
+        with locked(Path(args.runs)):
+            take_others(result, path, args.arms)
+        lr = result["arms"].get(source, {}).get("best_lr")
+        if lr is None:
+            log(f"{source}'s sweep is not finished in {path}: the arms that take its rate wait (launch again later)")
+        return lr
 
     def own_tau(name: str, reference_tau: float | None) -> float | None:
         """The tau an arm's sweep and seeds train at: an ATM arm's own, calibrated on its calibration run (trained
@@ -588,9 +602,6 @@ def main(argv: list[str] | None = None) -> int:
             log(f"ATM calibration: {result['atm_calibration']}")
         return result["atm_calibration"]["tau"]
 
-    borrowed = [n for n in args.arms if ARMS[n]["rate_from"] not in ("sweep", *args.arms)]
-    if borrowed:
-        parser.error(f"--arms {borrowed[0]} takes {ARMS[borrowed[0]]['rate_from']}'s rate: give both")
     if REFERENCE not in args.arms and "atm_calibration" not in result and not args.evaluate_only:
         parser.error(f"--arms without {REFERENCE} need the ATM calibration its sweep makes: {path} holds none "
                      "for these settings (launch with it first)")

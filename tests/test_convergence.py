@@ -86,12 +86,14 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
     assert sweeps["wiola"] == [1e-3, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1]      # calibration run; grown twice, then inside
     assert sweeps[b.REFERENCE] == sweeps["llama-style+gcla"] == [1e-3, 3e-3, 1e-2]
     assert sweeps["llama-style"] == []                                                 # it borrows the control's rate
+    assert sweeps["wiola-srpe-offset"] == [1e-3]                        # its calibration run only: wiola's rate
     assert r["atm_calibration"]["on"] == f"{b.REFERENCE}-lr0.003-s100 best weights"
     for name in ("wiola", "wiola-srpe-offset"):   # a calibration run at the reference's tau, then all at its own
         own = r["arms"][name]["atm_calibration"]
         assert own["on"] == f"{name}-lr0.001-s100-tau0.57 best weights" and own["tau"] > 0.6
         assert r["arms"][name]["calibration_run"]["run"] == f"{name}-lr0.001-s100-tau0.57"
-        assert taus[name, 100] == [0.57] + [own["tau"]] * 5 and taus[name, 0] == taus[name, 2] == [own["tau"]]
+        assert taus[name, 100] == [0.57] + [own["tau"]] * len(r["arms"][name]["sweep"])
+        assert taus[name, 0] == taus[name, 2] == [own["tau"]]
         assert all(e["run"].endswith(f"-tau{own['tau']:g}") for e in r["arms"][name]["sweep"].values())
     assert "atm_calibration" not in r["arms"]["llama-style+gcla"]
     assert f"at tau {own['tau']:g}, calibrated on wiola-srpe-offset-lr0.001-s100-tau0.57 (" in b.report(r)
@@ -179,11 +181,12 @@ def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
 
 
 def test_two_processes_with_disjoint_arms_share_one_result(tmp_path, monkeypatch):
-    """The second process (its arms: llama-style+gcla) runs whole while the first is inside its first run: after
-    the first writes again, the file still holds the second's arm, and both launches."""
+    """The second process (its arms: llama-style+gcla, wiola-srpe-offset) runs whole while the first is inside
+    wiola's first run: after the first writes again, the file still holds the second's arms, and both launches;
+    wiola-srpe-offset, which takes wiola's rate, trains its calibration run and waits for the next launch."""
     b = convergence
     runs, result = tmp_path / "runs", tmp_path / "c.json"
-    first, second = [b.REFERENCE, "wiola", "llama-style"], ["llama-style+gcla"]
+    first, second = [b.REFERENCE, "wiola", "llama-style"], ["llama-style+gcla", "wiola-srpe-offset"]
     cli = lambda arms: ["--runs", str(runs), "--result", str(result), "--rates", "1e-3", "1e-2", "--extend", "0",
                         "--seeds", "0", "--arms", *arms]
     nested = []
@@ -204,14 +207,20 @@ def test_two_processes_with_disjoint_arms_share_one_result(tmp_path, monkeypatch
     monkeypatch.setattr(b, "plot", None)
     with pytest.raises(SystemExit):                        # no calibration yet: the reference's process goes first
         b.main(cli(second))
-    with pytest.raises(SystemExit):                        # llama-style borrows the reference's rate
-        b.main(cli(["llama-style"]))
     assert b.main(cli(first)) == 0 and nested == [0]
     r = json.loads(result.read_text())
-    assert {n: set(a["seeds"]) for n, a in r["arms"].items()} == {n: {"0"} for n in b.ARMS if n != "wiola-srpe-offset"}
+    assert {n: set(a["seeds"]) for n, a in r["arms"].items()} == {n: set() if n == "wiola-srpe-offset" else {"0"}
+                                                                  for n in b.ARMS}
     assert len(r["launches"]) == 2 and [x["arms"] for x in r["launches"]] == [first, second]
     assert [x["command"].split(" --arms ")[1] for x in r["launches"]] == [" ".join(first), " ".join(second)]
     assert "llama-style+gcla vs llama-style+width" in r["comparison"]
+    offset = r["arms"]["wiola-srpe-offset"]
+    assert offset["seeds"] == {} and offset["calibration_run"]["run"].startswith("wiola-srpe-offset-lr0.001-s100")
+    assert b.main(cli(second)) == 0                        # wiola's sweep is finished now: its rate is taken
+    r = json.loads(result.read_text())
+    offset = r["arms"]["wiola-srpe-offset"]
+    assert offset["best_lr"] == r["arms"]["wiola"]["best_lr"] and offset["sweep"] == {} and set(offset["seeds"]) == {"0"}
+    assert r["partial"] is False and "wiola-srpe-offset vs wiola" in r["comparison"]
     # a timing measured since (a --timing-only while the trainers were paused) is kept; an older one is not
     r["timing"] = {"when": "2026-01-02T00:00:00", "seconds_per_step": {}}
     on_disk = json.loads(result.read_text())
