@@ -36,8 +36,8 @@ import torch
 if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import (ROOT, best_eval, commit, hardware, positive_float, positive_int, seed_int,
-                               target_merge_ratio, train_or_reuse, user_errors)
+from benchmarks.common import (ROOT, best_eval, commit, hardware, positive_float, positive_int, result_options,
+                               seed_int, target_merge_ratio, train_or_reuse, user_errors)
 
 from minwiola import atm, data
 from minwiola.budget import count_params, training_flops
@@ -290,8 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reverse", action="store_true",
                         help="take the arms last first (a second process can then work from the other end)")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "ablation"))
-    parser.add_argument("--result", default=str(ROOT / "results" / "ablation.json"))
-    parser.add_argument("--report", action="store_true", help="print docs/results.md's table from --result; train nothing")
+    result_options(parser, "ablation")
     args = parser.parse_args(argv)
     if args.report:
         print(table(json.loads(Path(args.result).read_text())))

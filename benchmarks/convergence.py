@@ -111,8 +111,8 @@ if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchma
 
 from benchmarks.ablation import BASE, FIVE, PARTS, calibrate_tau, learned, summary
 from benchmarks.common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, positive_float,
-                               positive_int, proportion, save_or_return, seed_int, step_times, target_merge_ratio,
-                               train_or_reuse, user_errors, write_result)
+                               positive_int, proportion, result_options, save_or_return, seed_int, step_times,
+                               target_merge_ratio, train_or_reuse, user_errors, write_result)
 from benchmarks.ssm_bench import closest_d_ff
 
 from minwiola import data
@@ -461,8 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--pid-file", default=None, help="write this process's id there (kill -STOP / -CONT)")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "convergence"))
-    parser.add_argument("--result", default=str(ROOT / "results" / "convergence.json"))
-    parser.add_argument("--report", action="store_true", help="print the tables from --result; train nothing")
+    result_options(parser, "convergence")
     args = parser.parse_args(argv)
     path = Path(args.result)
     if args.report:

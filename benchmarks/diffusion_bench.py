@@ -72,8 +72,8 @@ if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchma
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import (ROOT, best_eval, check_configs, commit, compare, hardware, model_shape,
-                               non_negative_float, positive_float, positive_int, save_or_return, seed_int,
-                               train_or_reuse, user_errors, write_result)
+                               non_negative_float, positive_float, positive_int, result_options, save_or_return,
+                               seed_int, train_or_reuse, user_errors, write_result)
 
 from minwiola import data, diffusion
 from minwiola.budget import count_params
@@ -476,9 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blank", type=positive_int, default=16)
     parser.add_argument("--infill-stories", type=positive_int, default=50)
     parser.add_argument("--runs", default=str(ROOT / "runs" / "diffusion"))
-    parser.add_argument("--result", default=str(ROOT / "results" / "diffusion_bench.json"))
+    result_options(parser, "diffusion_bench")
     parser.add_argument("--evaluate-only", action="store_true", help="gather the finished runs; train nothing")
-    parser.add_argument("--report", action="store_true", help="print docs/results.md's tables from --result; run nothing")
     args = parser.parse_args(argv)
     args.length = args.length or args.block_size
     args.lrs = args.lrs or args.rates

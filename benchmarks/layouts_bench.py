@@ -65,7 +65,7 @@ if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchma
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, positive_float,
-                               positive_int, save_or_return, seed_int, user_errors)
+                               positive_int, result_options, save_or_return, seed_int, user_errors)
 
 from minwiola import data
 from minwiola.budget import count_params, encdec_breakdown, encdec_params, layout_costs
@@ -402,9 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--example", type=natural_int, default=0)
     parser.add_argument("--save-every", type=positive_int, default=100)
     parser.add_argument("--runs", default=str(ROOT / "runs" / "layouts"))
-    parser.add_argument("--result", default=str(ROOT / "results" / "layouts.json"))
+    result_options(parser, "layouts")
     parser.add_argument("--evaluate-only", action="store_true", help="evaluate the finished runs; train nothing")
-    parser.add_argument("--report", action="store_true", help="print docs/results.md's tables from --result; run nothing")
     parser.add_argument("--task", choices=("span-corruption", "sort"), default="span-corruption",
                         help="sort: only the synthetic sort task (both arms, --seeds), stored under the result's "
                              '"sort" key beside the span-corruption runs, which it leaves as they are')

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import ROOT, commit, hardware, positive_int, user_errors, write_result
+from benchmarks.common import commit, hardware, positive_int, result_options, user_errors, write_result
 from minwiola import ssm
 
 
@@ -100,9 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--d", type=positive_int, default=64)
     parser.add_argument("--state", type=positive_int, default=16)
     parser.add_argument("--repeat", type=positive_int, default=7)
-    parser.add_argument("--result", default=str(ROOT / "results" / "scan_bench.json"))
-    parser.add_argument("--report", action="store_true",
-                        help="print docs/results.md's table from --result; run nothing")
+    result_options(parser, "scan_bench")
     args = parser.parse_args(argv)
     if args.report:
         print(table(json.loads(Path(args.result).read_text())))

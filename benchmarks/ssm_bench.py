@@ -69,8 +69,8 @@ if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchma
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import (ROOT, best_eval, best_of, check_configs, commit, compare, hardware, model_shape,
-                               positive_float, positive_int, save_or_return, seed_int, step_times, train_or_reuse,
-                               user_errors, write_result)
+                               positive_float, positive_int, result_options, save_or_return, seed_int, step_times,
+                               train_or_reuse, user_errors, write_result)
 
 from minwiola import data
 from minwiola.budget import count_params, kv_cache_bytes, state_bytes
@@ -524,8 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=positive_int, default=5)
     parser.add_argument("--decode-steps", type=positive_int, default=8)
     parser.add_argument("--runs", default=str(ROOT / "runs" / "ssm"))
-    parser.add_argument("--result", default=str(ROOT / "results" / "ssm_bench.json"))
-    parser.add_argument("--report", action="store_true", help="print docs/results.md's tables from --result; run nothing")
+    result_options(parser, "ssm_bench")
     parser.add_argument("--evaluate-only", action="store_true",
                         help="gather every finished run of every arm (and probe it); train and time nothing")
     parser.add_argument("--summarise-only", action="store_true",

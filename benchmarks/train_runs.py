@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchma
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import (ROOT, best_eval, commit, hardware, known_preset, non_negative_float, positive_float,
-                               positive_int, proportion, seed_int, train_or_reuse, user_errors)
+                               positive_int, proportion, result_options, seed_int, train_or_reuse, user_errors)
 
 from minwiola import data
 from minwiola.budget import count_params
@@ -72,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="FIELD=VALUE",
                         help="model config overrides for every preset, e.g. --set d_ff=240")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "compare"))
-    parser.add_argument("--result", default=str(ROOT / "results" / "train_runs.json"))
-    parser.add_argument("--report", action="store_true", help="print docs/results.md's table from --result; train nothing")
+    result_options(parser, "train_runs")
     args = parser.parse_args(argv)
     if args.report:
         print(table(json.loads(Path(args.result).read_text())))
