@@ -66,7 +66,8 @@ this CPU. The trainer's own clock (train_seconds, valid_wall_seconds) is also re
 this machine is shared with other work, the process runs at niceness 19 and may be paused (SIGSTOP) while others
 measure, and that clock counts all of it. `--retime` measures the step times again (on an idle machine: do it with
 `--timing-only`, not niced, the trainers paused); `--timing-only` starts each arm from its best sweep run's
-weights, so that ATM merges as much as in training (an initialised Wiola merges about 1% at the reference's tau).
+weights (an arm without a sweep: its seed 0's), so that ATM merges as much as in training (an initialised Wiola
+merges about 1% at the reference's tau).
 
 **Verdict.** The benchmarks' rule (common.compare) on held-out bits per byte, one number per seed (the best
 evaluation): "lower"/"higher" when the difference of the means exceeds twice the larger seed spread (max - min) of
@@ -407,6 +408,18 @@ def take_others(result: dict, path: Path, mine: list[str]) -> None:
 
 # ------------------------------------------------------------------------------------------------ the experiment
 
+def trained_runs(result: dict, runs: Path) -> dict:
+    """The weights --timing-only starts each arm from: its best sweep run, or for an arm that takes another's rate
+    (no sweep of its own) its seed 0; arms with neither are left out (timed from initialisation)."""
+    found = {}
+    for name, arm in result["arms"].items():
+        entry = arm["sweep"].get(f"{arm['best_lr']:g}") if arm.get("best_lr") else None
+        entry = entry or arm["seeds"].get("0")
+        if entry:
+            found[name] = runs / entry["run"]
+    return found
+
+
 def timing(tau: float, args, own: dict | None = None, trained: dict | None = None) -> dict:
     """Each arm's training-step seconds, all arms in turns in one process, on one real training batch; an ATM arm
     merges at its own tau where `own` (arm -> tau) has one, else at `tau`; an arm in `trained` (arm -> a run
@@ -608,9 +621,7 @@ def main(argv: list[str] | None = None) -> int:
         if "atm_calibration" not in result:
             parser.error(f"--timing-only needs tau: {path} holds no ATM calibration for these settings")
         own = {n: a["atm_calibration"]["tau"] for n, a in result["arms"].items() if "atm_calibration" in a}
-        best = {n: Path(args.runs) / a["sweep"][f"{a['best_lr']:g}"]["run"] for n, a in result["arms"].items()
-                if a.get("best_lr") and f"{a['best_lr']:g}" in a["sweep"]}         # each arm's best sweep run
-        result["timing"] = timing(result["atm_calibration"]["tau"], args, own, best)
+        result["timing"] = timing(result["atm_calibration"]["tau"], args, own, trained_runs(result, Path(args.runs)))
         save()
         return 0
     log(f"launch {launch}; {tokens:,} training tokens, {result['passes']:.1f} passes per run")

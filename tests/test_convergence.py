@@ -173,6 +173,10 @@ def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
                                       r["atm_calibration"]["tau"] for n in ("wiola", "wiola-srpe-offset")}
     best = {n: r["arms"][n]["sweep"][f"{r['arms'][n]['best_lr']:g}"]["run"] for n in (b.REFERENCE, "wiola")}
     assert r["timing"]["weights"] == {n: best.get(n, "initialisation") for n in b.ARMS}   # trained where it can
+    swept_or_seed = {"a": {"best_lr": 0.01, "sweep": {"0.01": {"run": "a-lr0.01-s100"}}, "seeds": {"0": {"run": "a0"}}},
+                     "b": {"best_lr": 0.01, "sweep": {}, "seeds": {"0": {"run": "b-lr0.01-s0"}}},   # a borrowed rate
+                     "c": {"sweep": {"0.001": {"run": "c1"}}, "seeds": {}}}                     # its sweep unfinished
+    assert b.trained_runs({"arms": swept_or_seed}, runs) == {"a": runs / "a-lr0.01-s100", "b": runs / "b-lr0.01-s0"}
     from benchmarks.common import step_times
     wiola_config = json.loads((runs / best["wiola"] / "best" / "config.json").read_text())
     with pytest.raises(ValueError, match="another model"):                      # weights of another arm: refused
