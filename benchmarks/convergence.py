@@ -36,13 +36,13 @@ comparisons: wiola and llama-style+gcla against llama-style+width (the two quest
 against wiola and against llama-style+width, and llama-style+width and wiola against llama-style (how much of the
 lesson's 400-step lead was parameters).
 
-**Rates.** Every arm but `llama-style` and `wiola-srpe-offset` has its own sweep: --rates (1e-3, 3e-3, 1e-2) at the full budget
-(--sweep-steps, default --steps) on --sweep-seed (100), a seed that is never reported. The rate of the lowest best
-held-out bits per byte wins; if it is the lowest or highest rate tried, the grid grows by half a decade that way
-(3e-4, 3e-2, ...; at most --extend times), so that the optimum lies inside what was tried. The reported seeds
-(--seeds 0 1 2) then train at that rate. (The held-out split both picks the rate, on seed 100, and scores seeds 0-2:
-the sample has no third split.) The two others take the rate of the arm they differ from by one thing (a width,
-one formula): a sweep each would cost four single-core hours more and answer a question nobody asked.
+**Rates.** Every arm but `llama-style` and `wiola-srpe-offset` has its own sweep: --rates (1e-3, 3e-3, 1e-2) at the
+full budget (--sweep-steps, default --steps) on --sweep-seed (100), a seed that is never reported. The rate of the
+lowest best held-out bits per byte wins; if it is the lowest or highest rate tried, the grid grows by half a decade
+that way (3e-4, 3e-2, ...; at most --extend times), so that the optimum lies inside what was tried. The reported
+seeds (--seeds 0 1 2) then train at that rate. (The held-out split both picks the rate, on seed 100, and scores
+seeds 0-2: the sample has no third split.) The two others take the rate of the arm they differ from by one thing (a
+width, one formula): a sweep each would cost four single-core hours more and answer a question nobody asked.
 
 **ATM's threshold.** tau is bisected so that the merging layer's input merges --target-mu (0.11, inside the
 paper's 0.08-0.14 of eq. 33) of the tokens, on --calibration-batches training batches of a trained model
@@ -543,13 +543,13 @@ def main(argv: list[str] | None = None) -> int:
             found[name] = find_rate(name, tau)
         return found[name]
 
-    def find_rate(name: str, tau: float | None) -> float | None:
+    def find_rate(name: str, reference_tau: float | None) -> float | None:
         arm = arm_entry(name)
-        tau = own_tau(name, tau)
+        tau = own_tau(name, reference_tau)
         if tau is None and "atm" in ARMS[name]["parts"]:   # its calibration run is unfinished
             return None
-        if ARMS[name]["rate_from"] != "sweep":
-            arm["best_lr"] = borrowed_rate(ARMS[name]["rate_from"], tau)
+        if ARMS[name]["rate_from"] != "sweep":              # the source calibrates its own tau from the reference's
+            arm["best_lr"] = borrowed_rate(ARMS[name]["rate_from"], reference_tau)
             return arm["best_lr"]
         stale = [r for r, e in arm["sweep"].items()          # runs at another tau (an earlier calibration)
                  if e["run"] != run_name(name, float(r), args.sweep_seed, args.sweep_steps, tau, args)]
