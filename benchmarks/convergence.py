@@ -24,7 +24,8 @@ overrides, benchmarks/ablation.py's PARTS; dropout 0.1, as the shipped story mod
                          DSFF at (44, 134), causal GCLA, copy-forward ATM at the calibrated tau): 513,156
     llama-style+gcla     llama-style plus causal GCLA, the best single part of the ablation: 512,580
     wiola-srpe-offset    wiola with srpe_radius="offset", the relative fix lesson 06 derives: 513,156 (its rate
-                         is wiola's: one formula differs, and the pair is compared at one rate, seed by seed)
+                         and ATM threshold are wiola's: one formula differs, and the pair is compared at one rate
+                         and one tau, seed by seed)
     llama-style          the shipped story model's design, 463,424 (not equal: the lesson's own comparison at
                          equal rates and budget; its rate is llama-style+width's, the same design 10% narrower)
 
@@ -51,7 +52,11 @@ ablation. That threshold does not carry over to Wiola: its states at the merging
 reference's tau (0.3098) Wiola ended its runs merging about a third of the tokens. So each ATM arm first trains a
 **calibration run** (the lowest rate of --rates, the sweep's seed, the reference's tau), tau is calibrated again
 on that run's best weights (the arm's "atm_calibration"), and the arm's whole sweep and its seeds then merge at
-that tau. An ATM arm's folders carry their tau (ARM-lrRATE-sSEED-tauT). Every run logs the mu it really had.
+that tau. wiola-srpe-offset, one formula from wiola, takes wiola's tau with its rate (no calibration run of its
+own). An ATM arm's folders carry their tau (ARM-lrRATE-sSEED-tauT). Every run logs the mu it really had.
+
+**Runs whose folders are gone** (a new machine, a cleaned runs/): a run --result already records under the same
+settings and the same name is kept as recorded, not trained again; only the runs it lacks are trained.
 
 **Budget.** --steps (3,000) steps of --batch-size (32) windows of --block-size (256) tokens: 24.6M tokens, 48 passes
 over the sample's 0.51M training tokens; warmup 5% then cosine to 0; the whole held-out split is evaluated every
@@ -85,8 +90,8 @@ thread count and each run's wall time.
 
 **Two cores, two processes.** Two launches with the same settings may share --runs and --result when their --arms
 are disjoint (each process writes only its own arms, under a lock on --runs, and keeps the other's as the file holds them);
-an arm that takes another's rate and runs in the other process reads it from --result once that sweep is
-finished there (until then it trains only its ATM calibration run). Each takes one core and its own --pid-file, e.g.
+an arm that takes another's rate (and tau) and runs in the other process reads it from --result once that sweep
+is finished there (until then it waits for a later launch). Each takes one core and its own --pid-file, e.g.
 
     ... convergence.py --arms llama-style+width wiola llama-style --pid-file runs/convergence.pid
     ... convergence.py --arms llama-style+gcla wiola-srpe-offset --pid-file runs/convergence2.pid
@@ -205,10 +210,15 @@ def flatness(evals: list[dict], steps: int) -> dict:
     return out
 
 
-def run(name: str, lr: float, seed: int, steps: int, tau: float | None, args, look_inside: bool) -> dict | None:
-    """Train (or resume, or reuse) one run and gather it; None with --evaluate-only when it has not finished."""
+def run(name: str, lr: float, seed: int, steps: int, tau: float | None, args, look_inside: bool,
+        recorded: dict | None = None) -> dict | None:
+    """Train (or resume, or reuse) one run and gather it; None with --evaluate-only when it has not finished.
+    `recorded` is what --result already holds for this slot: when it is this very run (the same name under the same
+    settings) and its folder is gone (a new machine, a cleaned runs/), it is kept as it is, not trained again."""
     cfg = train_config(name, lr, seed, steps, tau, args)
     out = Path(args.runs) / run_name(name, lr, seed, steps, tau, args)
+    if recorded and recorded.get("run") == out.name and not out.exists():
+        return recorded
     if args.evaluate_only and not (out / "loss.png").exists():
         return None
     if not (out / "loss.png").exists():
@@ -285,7 +295,9 @@ def report(result: dict) -> str:
             "| nats/token | training FLOPs/token | s/step (in turns) |" % result["sweep_seed"], "|---" * 10 + "|"]
     for name, a in result["arms"].items():
         sweep = ", ".join(f"{r}: {s['bits_per_byte']:.4f}" for r, s in sorted(a["sweep"].items(), key=lambda x: float(x[0])))
-        sweep = sweep or f"({a.get('rate_from')}'s rate)"
+        borrowed = a.get("atm_calibration", {}).get("from")          # an ATM arm that takes another's tau too
+        sweep = sweep or f"({a.get('rate_from')}'s rate" + (f" and tau {a['atm_calibration']['tau']:g}"
+                                                            if borrowed else "") + ")"
         if "calibration_run" in a:                            # an ATM arm: the run its own tau was calibrated on
             c = a["calibration_run"]
             mu = f", mu {c['atm_mu'][-1][1][0]:.2f} at the end" if c.get("atm_mu") else ""
@@ -409,14 +421,16 @@ def take_others(result: dict, path: Path, mine: list[str]) -> None:
 # ------------------------------------------------------------------------------------------------ the experiment
 
 def trained_runs(result: dict, runs: Path) -> dict:
-    """The weights --timing-only starts each arm from: its best sweep run, or for an arm that takes another's rate
-    (no sweep of its own) its seed 0; arms with neither are left out (timed from initialisation)."""
+    """The weights --timing-only starts each arm from: its best sweep run, else (an arm that takes another's rate,
+    or whose sweep run's folder is gone) its first reported seed whose folder is here; arms with none of them on
+    disk are left out (timed from initialisation). All of these train at the arm's rate and tau."""
     found = {}
     for name, arm in result["arms"].items():
-        entry = arm["sweep"].get(f"{arm['best_lr']:g}") if arm.get("best_lr") else None
-        entry = entry or arm["seeds"].get("0")
-        if entry:
-            found[name] = runs / entry["run"]
+        entries = [arm["sweep"].get(f"{arm['best_lr']:g}") if arm.get("best_lr") else None]
+        entries += [arm["seeds"][k] for k in sorted(arm["seeds"], key=int)]
+        folders = [runs / e["run"] for e in entries if e and (runs / e["run"] / "best").exists()]
+        if folders:
+            found[name] = folders[0]
     return found
 
 
@@ -561,7 +575,8 @@ def main(argv: list[str] | None = None) -> int:
         while True:
             for lr in sorted(set(rates) - gathered):
                 gathered.add(lr)
-                entry = run(name, lr, args.sweep_seed, args.sweep_steps, tau, args, look_inside=False)
+                entry = run(name, lr, args.sweep_seed, args.sweep_steps, tau, args, look_inside=False,
+                            recorded=arm["sweep"].get(f"{lr:g}"))
                 if entry is not None:
                     arm["sweep"][f"{lr:g}"] = entry
                     save()
@@ -588,12 +603,17 @@ def main(argv: list[str] | None = None) -> int:
 
     def own_tau(name: str, reference_tau: float | None) -> float | None:
         """The tau an arm's sweep and seeds train at: an ATM arm's own, calibrated on its calibration run (trained
-        here at the reference's tau; None while it is unfinished); the other arms', the reference's (unused)."""
+        here at the reference's tau; None while it is unfinished), or, for an ATM arm that takes an ATM arm's rate
+        (one formula from it), that arm's tau; the other arms', the reference's (unused)."""
         if "atm" not in ARMS[name]["parts"]:
             return reference_tau
         arm = result["arms"][name]
+        source = ARMS[name]["rate_from"]
+        if source in ARMS and "atm" in ARMS[source]["parts"]:
+            return borrowed_tau(name, source, reference_tau)
         lr = min(args.rates)
-        entry = run(name, lr, args.sweep_seed, args.sweep_steps, reference_tau, args, look_inside=False)
+        entry = run(name, lr, args.sweep_seed, args.sweep_steps, reference_tau, args, look_inside=False,
+                    recorded=arm.get("calibration_run"))
         if entry is None:
             return None
         if arm.get("atm_calibration", {}).get("on", "").split(" ")[0] != entry["run"]:
@@ -603,6 +623,22 @@ def main(argv: list[str] | None = None) -> int:
         arm["calibration_run"] = entry
         save()
         return arm["atm_calibration"]["tau"]
+
+    def borrowed_tau(name: str, source: str, reference_tau: float | None) -> float | None:
+        """`source`'s own tau for arm `name`: calibrated here when this process trains `source`, else read from
+        --result once the other process has calibrated it (None until then). The pair then differs in one formula
+        alone, at one rate and one threshold; the mu `name` really merges is logged with every run."""
+        if source not in args.arms:
+            with locked(Path(args.runs)):
+                take_others(result, path, args.arms)
+        elif "atm_calibration" not in result["arms"].get(source, {}):
+            own_tau(source, reference_tau)
+        tau = result["arms"].get(source, {}).get("atm_calibration", {}).get("tau")
+        if tau is None:
+            log(f"{source}'s ATM calibration is not in {path}: {name} waits (launch again later)")
+            return None
+        result["arms"][name]["atm_calibration"] = {**result["arms"][source]["atm_calibration"], "from": source}
+        return tau
 
     def calibrated_tau() -> float | None:
         if "atm_calibration" not in result:
@@ -640,7 +676,8 @@ def main(argv: list[str] | None = None) -> int:
                 if rates[name] is None:
                     continue
                 own = result["arms"][name].get("atm_calibration", {}).get("tau", tau)
-                entry = run(name, rates[name], seed, args.steps, own, args, look_inside=True)
+                entry = run(name, rates[name], seed, args.steps, own, args, look_inside=True,
+                            recorded=result["arms"][name]["seeds"].get(str(seed)))
                 if entry is not None:
                     result["arms"][name]["seeds"][str(seed)] = entry
                     save()

@@ -59,7 +59,7 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
     b = convergence
     calls = []
 
-    def fake_run(name, lr, seed, steps, tau, args, look_inside):
+    def fake_run(name, lr, seed, steps, tau, args, look_inside, recorded=None):
         calls.append((name, lr, seed))
         taus.setdefault((name, seed), []).append(tau)
         folder = Path(args.runs) / b.run_name(name, lr, seed, steps, tau, args)
@@ -86,17 +86,19 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
     assert sweeps["wiola"] == [1e-3, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1]      # calibration run; grown twice, then inside
     assert sweeps[b.REFERENCE] == sweeps["llama-style+gcla"] == [1e-3, 3e-3, 1e-2]
     assert sweeps["llama-style"] == []                                                 # it borrows the control's rate
-    assert sweeps["wiola-srpe-offset"] == [1e-3]                        # its calibration run only: wiola's rate
+    assert sweeps["wiola-srpe-offset"] == []                            # wiola's rate and tau: no run of its own
     assert r["atm_calibration"]["on"] == f"{b.REFERENCE}-lr0.003-s100 best weights"
-    for name in ("wiola", "wiola-srpe-offset"):   # a calibration run at the reference's tau, then all at its own
-        own = r["arms"][name]["atm_calibration"]
-        assert own["on"] == f"{name}-lr0.001-s100-tau0.57 best weights" and own["tau"] > 0.6
-        assert r["arms"][name]["calibration_run"]["run"] == f"{name}-lr0.001-s100-tau0.57"
-        assert taus[name, 100] == [0.57] + [own["tau"]] * len(r["arms"][name]["sweep"])
-        assert taus[name, 0] == taus[name, 2] == [own["tau"]]
-        assert all(e["run"].endswith(f"-tau{own['tau']:g}") for e in r["arms"][name]["sweep"].values())
+    own = r["arms"]["wiola"]["atm_calibration"]     # a calibration run at the reference's tau, then all at its own
+    assert own["on"] == "wiola-lr0.001-s100-tau0.57 best weights" and own["tau"] > 0.6
+    assert r["arms"]["wiola"]["calibration_run"]["run"] == "wiola-lr0.001-s100-tau0.57"
+    assert taus["wiola", 100] == [0.57] + [own["tau"]] * len(r["arms"]["wiola"]["sweep"])
+    assert taus["wiola", 0] == taus["wiola", 2] == taus["wiola-srpe-offset", 0] == [own["tau"]]
+    assert all(e["run"].endswith(f"-tau{own['tau']:g}") for e in r["arms"]["wiola"]["sweep"].values())
+    assert r["arms"]["wiola-srpe-offset"]["atm_calibration"] == {**own, "from": "wiola"}
+    assert "calibration_run" not in r["arms"]["wiola-srpe-offset"]
     assert "atm_calibration" not in r["arms"]["llama-style+gcla"]
-    assert f"at tau {own['tau']:g}, calibrated on wiola-srpe-offset-lr0.001-s100-tau0.57 (" in b.report(r)
+    assert f"at tau {own['tau']:g}, calibrated on wiola-lr0.001-s100-tau0.57 (" in b.report(r)
+    assert f"(wiola's rate and tau {own['tau']:g})" in b.report(r)
     assert b.run_name(b.REFERENCE, 1e-3, 0, 3000, 0.5, argparse.Namespace(steps=3000)) == f"{b.REFERENCE}-lr0.001-s0"
 
     for name, lr in [("wiola", 3e-2), ("wiola-srpe-offset", 3e-2), (b.REFERENCE, 3e-3), ("llama-style", 3e-3)]:
@@ -176,12 +178,28 @@ def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
     swept_or_seed = {"a": {"best_lr": 0.01, "sweep": {"0.01": {"run": "a-lr0.01-s100"}}, "seeds": {"0": {"run": "a0"}}},
                      "b": {"best_lr": 0.01, "sweep": {}, "seeds": {"0": {"run": "b-lr0.01-s0"}}},   # a borrowed rate
                      "c": {"sweep": {"0.001": {"run": "c1"}}, "seeds": {}}}                     # its sweep unfinished
+    assert b.trained_runs({"arms": swept_or_seed}, runs) == {}                        # no folder on disk
+    for folder in ("a-lr0.01-s100", "a0", "b-lr0.01-s0", "c1"):
+        (runs / folder / "best").mkdir(parents=True)
     assert b.trained_runs({"arms": swept_or_seed}, runs) == {"a": runs / "a-lr0.01-s100", "b": runs / "b-lr0.01-s0"}
+    (runs / "a-lr0.01-s100" / "best").rmdir()                                 # its sweep run is gone: its seed 0
+    assert b.trained_runs({"arms": swept_or_seed}, runs) == {"a": runs / "a0", "b": runs / "b-lr0.01-s0"}
     from benchmarks.common import step_times
     wiola_config = json.loads((runs / best["wiola"] / "best" / "config.json").read_text())
     with pytest.raises(ValueError, match="another model"):                      # weights of another arm: refused
         step_times({"wiola": preset("llama-style", **{k: v for k, v in wiola_config.items() if k != "vocab_size"})},
                    32, 2, 1, trained={"wiola": runs / best[b.REFERENCE] / "best"})
+    # the run folders are gone (a new machine): what --result records is kept, nothing is trained again
+    import shutil
+    shutil.rmtree(runs)
+    before = json.loads(result.read_text())["arms"]
+    assert b.main([*common, "--seeds", "0", "1"]) == 0
+    assert not runs.exists() or not any(runs.iterdir())
+    assert json.loads(result.read_text())["arms"] == before
+    assert b.main([*common, "--seeds", "0", "1", "2"]) == 0                             # a new seed: only it trains
+    assert sorted(p.name for p in runs.iterdir()) == sorted(b.run_name(n, r["arms"][n]["best_lr"], 2, 4, r["arms"]
+                                                            [n].get("atm_calibration", r["atm_calibration"])["tau"],
+                                                            argparse.Namespace(steps=4)) for n in (b.REFERENCE, "wiola"))
 
 
 def test_two_processes_with_disjoint_arms_share_one_result(tmp_path, monkeypatch):
@@ -195,7 +213,7 @@ def test_two_processes_with_disjoint_arms_share_one_result(tmp_path, monkeypatch
                         "--seeds", "0", "--arms", *arms]
     nested = []
 
-    def fake_run(name, lr, seed, steps, tau, args, look_inside):
+    def fake_run(name, lr, seed, steps, tau, args, look_inside, recorded=None):
         folder = runs / b.run_name(name, lr, seed, steps, tau, args)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "loss.png").touch()
@@ -219,11 +237,12 @@ def test_two_processes_with_disjoint_arms_share_one_result(tmp_path, monkeypatch
     assert [x["command"].split(" --arms ")[1] for x in r["launches"]] == [" ".join(first), " ".join(second)]
     assert "llama-style+gcla vs llama-style+width" in r["comparison"]
     offset = r["arms"]["wiola-srpe-offset"]
-    assert offset["seeds"] == {} and offset["calibration_run"]["run"].startswith("wiola-srpe-offset-lr0.001-s100")
+    assert offset["seeds"] == {} and "calibration_run" not in offset      # nothing trained: it waited for wiola
     assert b.main(cli(second)) == 0                        # wiola's sweep is finished now: its rate is taken
     r = json.loads(result.read_text())
     offset = r["arms"]["wiola-srpe-offset"]
     assert offset["best_lr"] == r["arms"]["wiola"]["best_lr"] and offset["sweep"] == {} and set(offset["seeds"]) == {"0"}
+    assert offset["atm_calibration"]["tau"] == r["arms"]["wiola"]["atm_calibration"]["tau"]      # and its tau
     assert r["partial"] is False and "wiola-srpe-offset vs wiola" in r["comparison"]
     # a timing measured since (a --timing-only while the trainers were paused) is kept; an older one is not
     r["timing"] = {"when": "2026-01-02T00:00:00", "seconds_per_step": {}}
