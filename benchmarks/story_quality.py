@@ -71,7 +71,8 @@ def stories_at_steps(run: Path) -> dict[int, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", help="a finished run folder")
-    parser.add_argument("--steps", type=positive_int, nargs="+", default=[100, 300, 1000, 3000, 6000])
+    parser.add_argument("--steps", type=positive_int, nargs="+", default=[100, 300, 1000, 3000, 6000],
+                        help="the evaluations whose stories to keep (each must be in the run's samples.txt)")
     parser.add_argument("--per-prompt", type=positive_int, default=20)
     parser.add_argument("--tokens", type=positive_int, default=200)
     parser.add_argument("--n-words", type=positive_int, default=60)
@@ -82,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     model, tokenizer = load_model(run)
     at = stories_at_steps(run)
+    missing = [s for s in args.steps if s not in at]
+    if missing:                                   # e.g. the default steps of a run evaluated every 200 steps
+        raise ValueError(f"{run.name} wrote no story at step {', '.join(map(str, missing))} (its samples.txt has "
+                         f"steps {', '.join(map(str, sorted(at)))}): pass --steps from those")
     result = {"command": "python benchmarks/story_quality.py" + "".join(" " + a for a in sys.argv[1:]),
               "commit": commit(), "hardware": hardware(), "torch": torch.__version__,
               "data": data.describe_source(), "train_tokens": len(data.tokens("train", tokenizer)),

@@ -186,7 +186,7 @@ def test_command_for_gives_the_line_that_reads_back_to_the_same_config():
         train.command_for(TrainConfig(betas=(0.9, 0.99)))
 
 
-def test_a_shipped_model_says_the_command_that_trains_it_again(small_data, tmp_path, monkeypatch):
+def test_a_shipped_model_says_the_command_that_trains_it_again(small_data, tmp_path, monkeypatch, capsys):
     """benchmarks/story_quality.py --ship copies a run's best weights with made.json; its train_command, run, makes
     the very same weights (bit for bit), and the shipped folder loads (its SHA256SUMS cover made.json)."""
     import shlex
@@ -197,6 +197,9 @@ def test_a_shipped_model_says_the_command_that_trains_it_again(small_data, tmp_p
     monkeypatch.setattr(story_quality, "STORY_MODEL", shipped)
     assert story_quality.main([str(tmp_path / "runs" / "mine"), "--ship", "--per-prompt", "1", "--tokens", "12",
                                "--steps", "6", "--n-words", "3", "--result", str(tmp_path / "q.json")]) == 0
+    assert story_quality.main([str(tmp_path / "runs" / "mine"), "--steps", "6", "7", "--result",
+                               str(tmp_path / "r.json")]) == 1                  # no story at step 7: said, not skipped
+    assert "mine wrote no story at step 7" in capsys.readouterr().err and not (tmp_path / "r.json").exists()
     made = json.loads((shipped / "made.json").read_text())
     assert made["train_command"].startswith("python -m minwiola.train --out runs/mine --preset wiola-yocto")
     words = shlex.split(made["train_command"])
