@@ -370,6 +370,8 @@ def plot(result: dict, path: Path | None = None):
     f.set_xlabel("hours on the trainer's clock (shared machine: NOT a clean timing)", fontsize=9)
     f.set_ylabel("held-out loss (nats/token)")
     f.set_ylim(top=min(top, f.get_ylim()[1]))
+    for ax, letter in zip(axes.flat, "abcdef"):                       # the panels, as the lesson names them
+        ax.set_title(f"({letter})", loc="left", fontsize=9)
     fig.suptitle(f"{result['steps']} steps of {result['batch_size']} x {result['block_size']} tokens, dropout "
                  f"{result['dropout']} | {result['data']} | {result['hardware']}"
                  + (" | PARTIAL" if result.get("partial") else ""), fontsize=9)
