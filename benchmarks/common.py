@@ -84,6 +84,22 @@ def step_times(configs: dict, block: int, batch: int, repeat: int = 5, ids=None,
     return times
 
 
+def nice_group(autogroup: Path = Path("/proc/self/autogroup")) -> int | None:
+    """Give this process's scheduling group the process's own niceness, and return it (None where there is no
+    such group, or it may not be set). Linux groups the processes of one session (`setsid` starts a new one) and
+    shares the CPU fairly between groups: a process's niceness ranks it only inside its group, so a background
+    job at `nice -n 19` in its own session would still take a full share from a test run in a terminal. With
+    the group's niceness set too, it takes only the CPU nobody else wants."""
+    niceness = os.nice(0)
+    if niceness <= 0 or not autogroup.exists():
+        return None
+    try:
+        autogroup.write_text(f"{niceness}\n")
+    except OSError:                                      # not permitted here: the process niceness still holds
+        return None
+    return niceness
+
+
 def best_eval(out: Path, points: int = 60) -> dict:
     """The best held-out evaluation of a finished run, what it cost, and its curves (training loss as a running
     mean over `points` equal stretches, so the file stays small)."""

@@ -4,7 +4,8 @@
         nohup setsid nice -n 19 .venv/bin/python benchmarks/convergence.py --pid-file runs/convergence.pid \\
         > runs/convergence.log 2>&1 &
 
-One process, one thread, niceness 19 (it takes only the CPU nobody else wants), writing its pid to --pid-file.
+One process, one thread, niceness 19 (it takes only the CPU nobody else wants: it gives its session's scheduling
+group the same niceness, common.nice_group, since setsid starts a group of its own), writing its pid to --pid-file.
 Pause it while another benchmark measures time, and let it go on afterwards:
 
     kill -STOP $(cat runs/convergence.pid)      # paused: holds its memory, uses no CPU
@@ -116,9 +117,9 @@ if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchma
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.ablation import BASE, FIVE, PARTS, calibrate_tau, learned, summary
-from benchmarks.common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, positive_float,
-                               positive_int, proportion, result_options, save_or_return, seed_int, step_times,
-                               target_merge_ratio, train_or_reuse, user_errors, write_result)
+from benchmarks.common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, nice_group,
+                               positive_float, positive_int, proportion, result_options, save_or_return, seed_int,
+                               step_times, target_merge_ratio, train_or_reuse, user_errors, write_result)
 from benchmarks.ssm_bench import closest_d_ff
 
 from minwiola import data
@@ -501,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sweep-seed {args.sweep_seed} must not be one of the reported --seeds")
     check_configs(parser, "--shape/--dropout", lambda: [params(name, args) for name in args.arms])
     torch.set_num_threads(args.threads)
+    nice_group()                                      # nice -n 19 in its own session: yield to other sessions too
     if args.pid_file:
         Path(args.pid_file).parent.mkdir(parents=True, exist_ok=True)
         Path(args.pid_file).write_text(f"{os.getpid()}\n")

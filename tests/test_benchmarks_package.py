@@ -44,3 +44,17 @@ def test_a_script_that_imports_its_neighbours_runs_as_a_file_and_as_a_module(tmp
     done = subprocess.run([*command, "--help"], cwd=tmp_path if how == "file" else ROOT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.startswith("usage:"), done.stderr
+
+
+def test_a_niced_job_gives_its_scheduling_group_the_same_niceness(tmp_path, monkeypatch):
+    """common.nice_group: under Linux's autogroups a process's niceness ranks it only within its session's group;
+    a niced benchmark writes its niceness to the group too, and does nothing when it is not niced."""
+    import os
+    from benchmarks.common import nice_group
+    group = tmp_path / "autogroup"
+    group.write_text("/autogroup-7 nice 0\n")
+    monkeypatch.setattr(os, "nice", lambda inc: 0)
+    assert nice_group(group) is None and group.read_text() == "/autogroup-7 nice 0\n"
+    monkeypatch.setattr(os, "nice", lambda inc: 19)
+    assert nice_group(group) == 19 and group.read_text() == "19\n"
+    assert nice_group(tmp_path / "none") is None                       # no autogroups here: nothing to do
