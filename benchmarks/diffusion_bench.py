@@ -42,8 +42,9 @@ tokens, <|endoftext|> (a story's start) and then --length - 1 generated tokens. 
 left to right) and once over the whole window; the decoder: one token per pass with its KV cache.
 Both sample at --temperature. Per setting: forward passes per generated token, wall seconds per sample (one sample
 at a time; a shared CPU: no timing is asserted anywhere), and quality proxies measured on every sample: its
-negative log-likelihood (nats/token, exact, after <|endoftext|>) under a judge, the shipped story model
-(minwiola/assets/story-model: llama-style trained for 6,000 steps, a model neither arm is), and under the decoder
+negative log-likelihood (nats/token, exact, after <|endoftext|>) under a judge, the story model shipped when the
+benchmark runs (minwiola/assets/story-model, a model neither arm is; the result names it by the sha256 of its
+weights, since a later release may ship another), and under the decoder
 arm itself (which flatters the decoder's own samples), and the fraction of distinct words (generate.words).
 
 **Infilling**: --infill-stories held-out stories of at least 3 x --blank tokens, each as <|endoftext|> + its first
@@ -75,7 +76,7 @@ from benchmarks.common import (ROOT, best_eval, check_configs, commit, compare, 
                                non_negative_float, positive_float, positive_int, result_options, save_or_return,
                                seed_int, train_or_reuse, user_errors, write_result)
 
-from minwiola import data, diffusion
+from minwiola import data, diffusion, sha256_file
 from minwiola.budget import count_params
 from minwiola.generate import STORY_MODEL, generate_ids, load_model, words
 from minwiola.model import LanguageModel, next_token_loss, preset
@@ -168,9 +169,14 @@ def distinct_words(text: str) -> float:
     return len(set(w)) / len(w) if w else 0.0
 
 
-def judge() -> LanguageModel:
-    """The shipped story model (neither arm): the quality proxies' judge."""
-    return load_model(STORY_MODEL)[0].eval()
+def judge() -> tuple[LanguageModel, dict]:
+    """The shipped story model (neither arm), the quality proxies' judge, and what names it in the result: the
+    sha256 of its weights and its size. The shipped model can be replaced by a better one; judge nats from two
+    different judges are not comparable, so every result says which one scored it."""
+    weights = Path(STORY_MODEL) / "model.safetensors"
+    model = load_model(STORY_MODEL)[0].eval()
+    return model, {"model": "minwiola/assets/story-model", "weights_sha256": sha256_file(weights),
+                   "params": model.n_params()}
 
 
 def score_samples(ids: torch.Tensor, tokenizer, judge_model, decoder) -> dict:
@@ -190,7 +196,7 @@ def summarise_setting(setting: dict) -> dict:
 @torch.no_grad()
 def generation(diffusion_model, decoder, tokenizer, args) -> dict:
     """Samples from scratch: the diffusion model at each N in --unmask-steps, blocked and not; the decoder."""
-    judge_model = judge()
+    judge_model, judge_name = judge()
     mask = diffusion.mask_id(diffusion_model.config)
     diffusion_model.eval()
     decoder.eval()
@@ -231,7 +237,7 @@ def generation(diffusion_model, decoder, tokenizer, args) -> dict:
         "forward_passes_per_token": 1.0, "seconds": seconds,
         **score_samples(torch.stack(rows), tokenizer, judge_model, decoder)}))
     return {"length": args.length, "generated": args.length - 1, "samples": args.samples, "temperature": args.temperature, "rule": "confidence",
-            "judge": "minwiola/assets/story-model (llama-style, 6,000 steps on the TinyStories sample)",
+            "judge": judge_name,
             "settings": settings}
 
 
@@ -258,7 +264,7 @@ def blank_span(n: int, blank: int) -> tuple[int, int]:
 def infilling(diffusion_model, decoder, tokenizer, args) -> dict:
     """Each case's blank filled by the diffusion model (both sides seen) and continued by the decoder (left only),
     scored against the original by the judge."""
-    judge_model = judge()
+    judge_model, judge_name = judge()
     mask = diffusion.mask_id(diffusion_model.config)
     diffusion_model.eval()
     decoder.eval()
@@ -284,7 +290,7 @@ def infilling(diffusion_model, decoder, tokenizer, args) -> dict:
                        "decoder_continuation": tokenizer.decode(continued[0, a:b].tolist())}
     summary = {m: {k: statistics.mean(v) for k, v in s.items()} for m, s in scores.items()}
     return {"stories": len(scores["original"]["exact"]), "blank": args.blank, "length": args.length,
-            "mean": summary, "per_story": scores, "example": example,
+            "judge": judge_name, "mean": summary, "per_story": scores, "example": example,
             "note": "the held-out story is read from the data at run time (its text is not stored here)"}
 
 

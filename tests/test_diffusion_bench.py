@@ -9,6 +9,8 @@ import torch
 
 from benchmarks.common import train_or_reuse
 from benchmarks import diffusion_bench as bench
+from minwiola import sha256_file
+from minwiola.generate import STORY_MODEL
 from minwiola.model import LanguageModel, preset
 from minwiola.tokenizer import default_tokenizer
 
@@ -117,6 +119,8 @@ def test_a_tiny_run_end_to_end(tmp_path):
         assert s["forward_passes_per_token"] == pytest.approx(s["forward_passes"] / 31)    # after <|endoftext|>
     assert {s["forward_passes"] for s in settings} == {2, 4, 31}    # N passes (at most one per mask); decoder: 31
     inf = r["infilling"]
+    shipped = sha256_file(STORY_MODEL / "model.safetensors")        # every score names the judge that made it
+    assert r["generation"]["judge"]["weights_sha256"] == inf["judge"]["weights_sha256"] == shipped
     assert inf["stories"] == 3 and inf["mean"]["original"]["exact"] == 1.0
     assert inf["example"] is None or inf["example"]["forward_passes"] == 4
     assert (tmp_path / "diffusion.png").exists() and "| diffusion, blocks of 16 | 4 |" in b.report(r)
