@@ -90,12 +90,14 @@ thread count and each run's wall time.
     python benchmarks/convergence.py --report      # the table, from --result
 
 **Two cores, two processes.** Two launches with the same settings may share --runs and --result when their --arms
-are disjoint (each process writes only its own arms, under a lock on --runs, and keeps the other's as the file holds them);
-an arm that takes another's rate (and tau) and runs in the other process reads it from --result once that sweep
-is finished there (until then it waits for a later launch). Each takes one core and its own --pid-file, e.g.
+are disjoint, or when they train one arm's different --seeds after its sweep is recorded (each writes under a lock
+on --runs and first takes what the other recorded: its arms, and its runs of a shared arm); an arm that takes
+another's rate (and tau) and runs in the other process reads it from --result once that sweep is finished there
+(until then it waits for a later launch). Each takes one core and its own --pid-file, e.g.
 
     ... convergence.py --arms llama-style+width wiola llama-style --pid-file runs/convergence.pid
     ... convergence.py --arms llama-style+gcla wiola-srpe-offset --pid-file runs/convergence2.pid
+    ... convergence.py --arms wiola-srpe-offset --seeds 2 --pid-file runs/convergence3.pid    # one seed apart
 
 The ATM calibration and the step times must be in --result before the second starts (the first launch makes
 them).
@@ -287,7 +289,7 @@ def summarise(result: dict, args) -> None:
                            for k in sorted(set(A["seeds"]) & set(B["seeds"]), key=int)}
             result["comparison"][f"{a} vs {b}"] = v
     result["partial"] = any(result["arms"].get(name, {}).get("best_lr") is None
-                            or set(map(str, args.seeds)) - set(result["arms"][name]["seeds"]) for name in ARMS)
+                            or set(map(str, result["seeds"])) - set(result["arms"][name]["seeds"]) for name in ARMS)
 
 
 def report(result: dict) -> str:
@@ -401,10 +403,10 @@ def locked(folder: Path):
 
 
 def take_others(result: dict, path: Path, mine: list[str]) -> None:
-    """Before `result` is written: the arms this process does not train (not in `mine`), the launches and a newer
-    timing are taken from the file as it is now, so that two processes training disjoint --arms with the same
-    settings (one per core) never write over each other's runs, nor over a --timing-only measured meanwhile. A
-    file with other settings is left to be replaced."""
+    """Before `result` is written: the arms this process does not train (not in `mine`), the seeds of its own arms
+    that another process recorded (the same arm, other --seeds), the launches and a newer timing are taken from the
+    file as it is now, so that two processes with the same settings (one per core) never write over each other's
+    runs, nor over a --timing-only measured meanwhile. A file with other settings is left to be replaced."""
     if not path.exists():
         return
     disk = json.loads(path.read_text())
@@ -413,6 +415,9 @@ def take_others(result: dict, path: Path, mine: list[str]) -> None:
     for name, arm in disk.get("arms", {}).items():
         if name not in mine:
             result["arms"][name] = arm
+        elif name in result["arms"]:           # the seeds the other recorded (never its sweep: it prunes stale runs)
+            result["arms"][name]["seeds"] = {**arm.get("seeds", {}), **result["arms"][name]["seeds"]}
+    result["seeds"] = sorted(set(result["seeds"]) | set(disk.get("seeds", [])))
     if disk.get("timing", {}).get("when", "") > result.get("timing", {}).get("when", ""):
         result["timing"] = disk["timing"]                     # measured since this process started (--retime)
     key = lambda launch: (launch["pid"], launch["when"], tuple(launch["arms"]))
@@ -518,7 +523,8 @@ def main(argv: list[str] | None = None) -> int:
               "commit": launch["commit"], "launches": (old.get("launches", []) if same else []) + [launch],
               "hardware": hardware(), "threads": torch.get_num_threads(), "torch": torch.__version__,
               "data": data.describe_source(), "train_tokens": tokens, **settings,
-              "seeds": args.seeds, "tokens_per_run": args.steps * args.batch_size * args.block_size,
+              "seeds": sorted(set(args.seeds) | set(old.get("seeds", []) if same else [])),  # every launch's
+              "tokens_per_run": args.steps * args.batch_size * args.block_size,
               "passes": args.steps * args.batch_size * args.block_size / tokens,
               "equal_parameters": "llama-style widened (SwiGLU 176 -> the width holding GCLA's extra parameters), "
                                   "Wiola unchanged; one control for wiola (0.11% more than it) and llama-style+gcla",

@@ -258,3 +258,35 @@ def test_two_processes_with_disjoint_arms_share_one_result(tmp_path, monkeypatch
     result.write_text(json.dumps({**r, "steps": 5}))
     b.take_others(r, result, first)
     assert r["arms"]["wiola"]["seeds"] == {}
+
+
+def test_two_processes_may_split_one_arms_seeds(tmp_path, monkeypatch):
+    """A second process trains seed 1 of the reference while the first is inside its seed 0 (the sweep recorded):
+    the file ends with seeds 0, 1 and 2 of the arm, whichever process wrote last, and the seeds both asked for."""
+    b = convergence
+    runs, result = tmp_path / "runs", tmp_path / "c.json"
+    cli = lambda seeds: ["--runs", str(runs), "--result", str(result), "--rates", "1e-3", "1e-2", "--extend", "0",
+                         "--seeds", *seeds, "--arms", b.REFERENCE]
+    nested = []
+
+    def fake_run(name, lr, seed, steps, tau, args, look_inside, recorded=None):
+        if recorded:
+            return recorded
+        folder = runs / b.run_name(name, lr, seed, steps, tau, args)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "loss.png").touch()
+        if seed == 0 and not nested:                       # the first process is in seed 0: the second runs now
+            nested.append(b.main(cli(["1"])))
+        bpb = 1.0 + lr + 0.01 * seed
+        return {"bits_per_byte": bpb, "nats_per_token": 2.8 * bpb, "final_bits_per_byte": bpb, "train_seconds": 1.0,
+                "flops_per_token": 4e6, "tau": tau, "run": folder.name}
+
+    monkeypatch.setattr(b, "run", fake_run)
+    monkeypatch.setattr(b, "calibrate_tau", lambda folder, target, batches, args: {"tau": 0.57})
+    monkeypatch.setattr(b, "timing", lambda tau, args: {"seconds_per_step": {n: 1.0 for n in b.ARMS}})
+    monkeypatch.setattr(b, "plot", None)
+    assert b.main(cli(["0", "2"])) == 0 and nested == [0]
+    r = json.loads(result.read_text())
+    assert set(r["arms"][b.REFERENCE]["seeds"]) == {"0", "1", "2"} and r["seeds"] == [0, 1, 2]
+    assert r["arms"][b.REFERENCE]["mean_bits_per_byte"] == pytest.approx(1.001 + 0.01)     # at 1e-3
+    assert r["partial"] is True                            # the other arms have no seeds
