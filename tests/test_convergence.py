@@ -202,6 +202,28 @@ def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
                                                             argparse.Namespace(steps=4)) for n in (b.REFERENCE, "wiola"))
 
 
+def fake_training(monkeypatch, runs, interrupt):
+    """convergence with its training, calibration, timing and figure replaced by stand-ins: a run makes its folder,
+    calls interrupt(name, seed) (where a test starts a second process), and scores 1 + lr + 0.01 seed."""
+    b = convergence
+
+    def fake_run(name, lr, seed, steps, tau, args, look_inside, recorded=None):
+        if recorded:
+            return recorded
+        folder = runs / b.run_name(name, lr, seed, steps, tau, args)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "loss.png").touch()
+        interrupt(name, seed)
+        bpb = 1.0 + lr + 0.01 * seed
+        return {"bits_per_byte": bpb, "nats_per_token": 2.8 * bpb, "final_bits_per_byte": bpb, "train_seconds": 1.0,
+                "flops_per_token": 4e6, "tau": tau, "run": folder.name}
+
+    monkeypatch.setattr(b, "run", fake_run)
+    monkeypatch.setattr(b, "calibrate_tau", lambda folder, target, batches, args: {"tau": 0.57})
+    monkeypatch.setattr(b, "timing", lambda tau, args: {"seconds_per_step": {n: 1.0 for n in b.ARMS}})
+    monkeypatch.setattr(b, "plot", None)
+
+
 def test_two_processes_with_disjoint_arms_share_one_result(tmp_path, monkeypatch):
     """The second process (its arms: llama-style+gcla, wiola-srpe-offset) runs whole while the first is inside
     wiola's first run: after the first writes again, the file still holds the second's arms, and both launches;
@@ -213,20 +235,11 @@ def test_two_processes_with_disjoint_arms_share_one_result(tmp_path, monkeypatch
                         "--seeds", "0", "--arms", *arms]
     nested = []
 
-    def fake_run(name, lr, seed, steps, tau, args, look_inside, recorded=None):
-        folder = runs / b.run_name(name, lr, seed, steps, tau, args)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "loss.png").touch()
+    def interrupt(name, seed):
         if name == "wiola" and not nested:                 # the first process is training: the second runs now
             nested.append(b.main(cli(second)))
-        bpb = 1.0 + lr + 0.01 * seed
-        return {"bits_per_byte": bpb, "nats_per_token": 2.8 * bpb, "final_bits_per_byte": bpb, "train_seconds": 1.0,
-                "flops_per_token": 4e6, "tau": tau, "run": folder.name}
 
-    monkeypatch.setattr(b, "run", fake_run)
-    monkeypatch.setattr(b, "calibrate_tau", lambda folder, target, batches, args: {"tau": 0.57})
-    monkeypatch.setattr(b, "timing", lambda tau, args: {"seconds_per_step": {n: 1.0 for n in b.ARMS}})
-    monkeypatch.setattr(b, "plot", None)
+    fake_training(monkeypatch, runs, interrupt)
     with pytest.raises(SystemExit):                        # no calibration yet: the reference's process goes first
         b.main(cli(second))
     assert b.main(cli(first)) == 0 and nested == [0]
@@ -269,22 +282,11 @@ def test_two_processes_may_split_one_arms_seeds(tmp_path, monkeypatch):
                          "--seeds", *seeds, "--arms", b.REFERENCE]
     nested = []
 
-    def fake_run(name, lr, seed, steps, tau, args, look_inside, recorded=None):
-        if recorded:
-            return recorded
-        folder = runs / b.run_name(name, lr, seed, steps, tau, args)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "loss.png").touch()
+    def interrupt(name, seed):
         if seed == 0 and not nested:                       # the first process is in seed 0: the second runs now
             nested.append(b.main(cli(["1"])))
-        bpb = 1.0 + lr + 0.01 * seed
-        return {"bits_per_byte": bpb, "nats_per_token": 2.8 * bpb, "final_bits_per_byte": bpb, "train_seconds": 1.0,
-                "flops_per_token": 4e6, "tau": tau, "run": folder.name}
 
-    monkeypatch.setattr(b, "run", fake_run)
-    monkeypatch.setattr(b, "calibrate_tau", lambda folder, target, batches, args: {"tau": 0.57})
-    monkeypatch.setattr(b, "timing", lambda tau, args: {"seconds_per_step": {n: 1.0 for n in b.ARMS}})
-    monkeypatch.setattr(b, "plot", None)
+    fake_training(monkeypatch, runs, interrupt)
     assert b.main(cli(["0", "2"])) == 0 and nested == [0]
     r = json.loads(result.read_text())
     assert set(r["arms"][b.REFERENCE]["seeds"]) == {"0", "1", "2"} and r["seeds"] == [0, 1, 2]
