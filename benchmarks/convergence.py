@@ -667,6 +667,8 @@ def main(argv: list[str] | None = None) -> int:
         if "atm_calibration" not in result:
             parser.error(f"--timing-only needs tau: {path} holds no ATM calibration for these settings")
         own = {n: a["atm_calibration"]["tau"] for n, a in result["arms"].items() if "atm_calibration" in a}
+        own |= {n: own[ARMS[n]["rate_from"]] for n in ARMS      # an arm that trains at another's tau (srpe-offset)
+                if n not in own and "atm" in ARMS[n]["parts"] and ARMS[n]["rate_from"] in own}
         result["timing"] = timing(result["atm_calibration"]["tau"], args, own, trained_runs(result, Path(args.runs)))
         save()
         return 0

@@ -13,8 +13,9 @@ an hour, one datacenter GPU for 30 minutes (CS336's TinyStories shape). Each is 
   also one evaluation's time at the trainer's default (`eval_tokens`: the first 262,144 held-out tokens);
 * **loss**: `--full NAME` runs the recipe to its end (its clock budget) into runs/recipes/NAME and records the best
   held-out loss, with the data it ran on. For the CPU recipe, whose model and settings are the shipped story model's,
-  results/quality_6000.json (6,000 steps of the same configuration on the TinyStories sample) also gives the loss at
-  the tokens an hour buys at the measured speed, marked as measured on the sample.
+  that model's own run in results/convergence.json (3,000 steps on the TinyStories sample) also gives the loss at the
+  tokens an hour buys at the measured speed (or at the run's end, if an hour buys more), marked as measured on the
+  sample.
 
 What this machine cannot run is written down as owed, never guessed. Writes results/recipes.json, merging with what
 an earlier call measured elsewhere (a GPU session adds its rows; a CPU session keeps them).
@@ -41,8 +42,10 @@ from minwiola.budget import training_flops
 from minwiola.train import TrainConfig, Trainer, command_line, evaluate, pick_device, read_metrics
 
 RESULT = ROOT / "results" / "recipes.json"
-STORY_SETTINGS = ("--preset", "llama-style", "--batch-size", "32", "--block-size", "256", "--lr", "3e-3",
-                  "--set", "dropout=0.1")                     # the shipped story model's (results/quality_6000.json)
+# The shipped story model's settings (its made.json: a Wiola of 513,156 parameters, results/convergence.json)
+STORY_SETTINGS = ("--preset", "llama-style", "--batch-size", "32", "--block-size", "256", "--lr", "0.03",
+                  "--set", "dropout=0.1", "norm=wiola", "positions=srpe", "ffn=dsff", "d_ff_a=44", "d_ff=134",
+                  "gcla=causal", "atm=copy-forward", "atm_tau=0.4951")
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,8 @@ class Recipe:
 RECIPES = {
     "laptop-cpu-1h": Recipe(
         "a laptop CPU for an hour", "cpu", STORY_SETTINGS + ("--minutes", "60"),
-        "the shipped story model's settings (463,424 parameters); the clock ends the run, so a faster laptop sees "
-        "more tokens in the same hour"),
+        "the shipped story model's settings (the full Wiola, 513,156 parameters, at the rate its sweep chose); the "
+        "clock ends the run, so a faster laptop sees more tokens in the same hour"),
     "consumer-gpu-1h": Recipe(
         "one consumer GPU for an hour (a hosted notebook's T4, an RTX 3060-4090)", "cuda",
         ("--preset", "llama-cs336", "--batch-size", "64", "--block-size", "256", "--lr", "1e-3", "--minutes", "60",
@@ -135,19 +138,23 @@ def measure_speed(name: str, steps: int, warmup: int) -> dict:
 
 
 def sample_loss_at(tokens: int) -> dict | None:
-    """The held-out loss of the story model's 6,000-step run on the sample (results/quality_6000.json), at the last
-    evaluation at or before `tokens` (the CPU recipe's settings exactly; the TinyStories sample, not the full split)."""
-    path = ROOT / "results" / "quality_6000.json"
-    if not path.exists():
+    """The held-out loss of the shipped story model's own run on the sample (its seed in results/convergence.json,
+    named by the model's made.json), at the last evaluation at or before `tokens` (the CPU recipe's settings, a
+    3,000-step schedule; the TinyStories sample, not the full split)."""
+    from minwiola.generate import STORY_MODEL
+    path = ROOT / "results" / "convergence.json"
+    if not path.exists() or not (STORY_MODEL / "made.json").exists():
         return None
-    run = json.loads(path.read_text())
-    seed = run["presets"]["llama-style"]["seeds"]["0"]
+    conv, made = json.loads(path.read_text()), json.loads((STORY_MODEL / "made.json").read_text())
+    seed = next((s for arm in conv["arms"].values() for s in arm["seeds"].values() if s["run"] == made["run"]), None)
+    if seed is None:
+        return None
     curve = [(t, nats) for t, nats in seed["valid_curve"] if t <= tokens]
     if not curve:
         return None
     at, nats = curve[-1]
     return {"tokens": at, "nats_per_token": round(nats, 4), "of_run_tokens": seed["tokens"],
-            "data": run["data"], "source": "results/quality_6000.json (" + run["command"] + ")"}
+            "data": conv["data"], "source": f"results/convergence.json ({made['run']}: {made['launched_by']})"}
 
 
 def run_full(name: str) -> dict:

@@ -1,6 +1,7 @@
 """How well does a trained model write? The numbers Yocto reports, measured on many samples (lesson 11).
 
-    MINWIOLA_DATA=../shared/data/tinystories python benchmarks/story_quality.py runs/quality6k/llama-style-s0 --ship
+    MINWIOLA_DATA=../shared/data/tinystories python benchmarks/story_quality.py \
+        runs/convergence/wiola-lr0.03-s0-tau0.4951 --steps 200 400 1000 2000 3000 --ship
 
 Reads a finished run folder: its best weights, and the story it wrote from the trainer's prompt at each evaluation
 (samples.txt). Writes results/story_quality.json with
@@ -52,7 +53,8 @@ def ship(run: Path, result: dict, folder: Path = STORY_MODEL) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED:
         shutil.copy2(run / "best" / name, folder / name)
-    made = {"train_command": command_for(trained, f"runs/{run.name}"), "launched_by": config.get("command"),
+    made = {"run": run.name, "train_command": command_for(trained, f"runs/{run.name}"),
+            "launched_by": config.get("command"),
             "shipped_by": result["command"], "commit": result["commit"], "data": result["data"],
             "hardware": result["hardware"], "params": result["params"], "best": result["best"]}
     (folder / MADE).write_text(json.dumps(made, indent=1) + "\n")

@@ -171,8 +171,8 @@ def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
     assert r["timing"]["atm_tau"]["wiola"] == r["atm_calibration"]["tau"]            # timed before its own tau
     assert b.main([*common, "--timing-only"]) == 0                                      # again: at the seeds' tau
     r = json.loads(result.read_text())
-    assert r["timing"]["atm_tau"] == {n: r["arms"]["wiola"]["atm_calibration"]["tau"] if n == "wiola" else
-                                      r["atm_calibration"]["tau"] for n in ("wiola", "wiola-srpe-offset")}
+    own = r["arms"]["wiola"]["atm_calibration"]["tau"]                    # srpe-offset trains at wiola's tau
+    assert r["timing"]["atm_tau"] == {"wiola": own, "wiola-srpe-offset": own}
     best = {n: r["arms"][n]["sweep"][f"{r['arms'][n]['best_lr']:g}"]["run"] for n in (b.REFERENCE, "wiola")}
     assert r["timing"]["weights"] == {n: best.get(n, "initialisation") for n in b.ARMS}   # trained where it can
     swept_or_seed = {"a": {"best_lr": 0.01, "sweep": {"0.01": {"run": "a-lr0.01-s100"}}, "seeds": {"0": {"run": "a0"}}},

@@ -1,6 +1,6 @@
 """benchmarks/recipes.py: each recipe is exactly the trainer command it prints, what needs a GPU is owed on a
-CPU (never guessed), the CPU recipe's loss on the sample is read from the story model's own run, and a timed run goes
-through the real trainer."""
+CPU (never guessed), the CPU recipe is the shipped story model's configuration, its loss on the sample is read from
+that model's own run, and a timed run goes through the real trainer."""
 import json
 
 import pytest
@@ -25,20 +25,26 @@ def test_each_recipe_is_the_command_it_prints(recipes):
         assert cfg.preset == args.preset and cfg.minutes == args.minutes and cfg.batch_size == args.batch_size
         assert cfg.overrides == parse_overrides(parser, args.set)
         cfg.model_config()                                            # a valid model for the trainer
-    assert recipes.train_config(recipes.RECIPES["laptop-cpu-1h"]).overrides == {"dropout": 0.1}
     assert recipes.train_config(recipes.RECIPES["consumer-gpu-1h"]).compile
 
 
 def test_the_cpu_recipe_is_the_story_models_configuration(recipes):
-    stored = json.loads((recipes.ROOT / "results" / "quality_6000.json").read_text())
+    import shlex
+
+    from minwiola.generate import STORY_MODEL
+    from minwiola.train import command_line, parse_overrides
+    made = json.loads((STORY_MODEL / "made.json").read_text())
+    parser = command_line()
+    shipped = parser.parse_args(shlex.split(made["train_command"])[3:])     # the line that trained the shipped model
     cfg = recipes.train_config(recipes.RECIPES["laptop-cpu-1h"])
-    assert (cfg.preset, cfg.batch_size, cfg.lr, cfg.overrides["dropout"]) == (
-        "llama-style", stored["batch_size"], stored["lr"], stored["dropout"])
+    assert (cfg.preset, cfg.batch_size, cfg.block_size, cfg.lr, cfg.overrides) == (
+        shipped.preset, shipped.batch_size, shipped.block_size, shipped.lr, parse_overrides(parser, shipped.set))
+    conv = json.loads((recipes.ROOT / "results" / "convergence.json").read_text())
+    (seed,) = [s for a in conv["arms"].values() for s in a["seeds"].values() if s["run"] == made["run"]]
     at = recipes.sample_loss_at(10_000_000)
-    curve = stored["presets"]["llama-style"]["seeds"]["0"]["valid_curve"]
-    want = [n for t, n in curve if t <= 10_000_000][-1]
+    want = [n for t, n in seed["valid_curve"] if t <= 10_000_000][-1]
     assert at["tokens"] <= 10_000_000 and at["nats_per_token"] == round(want, 4)
-    assert "sample" in at["data"] and recipes.sample_loss_at(10) is None
+    assert "sample" in at["data"] and made["run"] in at["source"] and recipes.sample_loss_at(10) is None
 
 
 def test_a_gpu_recipe_on_a_cpu_is_owed_and_a_cpu_one_is_timed(recipes, tmp_path, monkeypatch):

@@ -201,6 +201,7 @@ def test_a_shipped_model_says_the_command_that_trains_it_again(small_data, tmp_p
                                str(tmp_path / "r.json")]) == 1                  # no story at step 7: said, not skipped
     assert "mine wrote no story at step 7" in capsys.readouterr().err and not (tmp_path / "r.json").exists()
     made = json.loads((shipped / "made.json").read_text())
+    assert made["run"] == "mine"                                      # the run folder it came from
     assert made["train_command"].startswith("python -m minwiola.train --out runs/mine --preset wiola-yocto")
     words = shlex.split(made["train_command"])
     out = words.index("--out")
