@@ -70,6 +70,21 @@ def test_readme_gives_the_two_commands_and_ci_runs_the_test_one():
     assert "export MINWIOLA_QUICK=1" in ci and "set -euo pipefail" in ci
 
 
+def test_readme_findings_come_from_results():
+    """The README's headline numbers are results/convergence.json's and the shipped model's."""
+    from minwiola.generate import STORY_MODEL
+    conv = json.loads((ROOT / "results" / "convergence.json").read_text())
+    main, arms = conv["comparison"]["wiola vs llama-style+width"], conv["arms"]
+    shipped = json.loads((STORY_MODEL / "eval.json").read_text())
+    found = README.split("## What the course found", 1)[1].split("\n## ", 1)[0]
+    for text in (f"{arms['wiola']['params']:,} parameters", f"widened\n  to {arms['llama-style+width']['params']:,}",
+                 f"{arms['wiola']['mean_bits_per_byte']:.4f} against {arms['llama-style+width']['mean_bits_per_byte']:.4f}",
+                 f"({main['bound']:.4f})", f"{main['step_time_ratio']:.2f}x", f"{shipped['bits_per_byte']:.4f} bits per byte"):
+        assert text in found, f"README's findings do not say {text!r}"
+    assert main["verdict"] == "within noise" and "**no verdict**" in found
+    assert all(d < 0 for d in main["paired"].values()) and "lower on every seed" in found
+
+
 def test_readme_lists_every_lesson():
     lessons_doc = (DOCS / "lessons.md").read_text()
     for nb in sorted((ROOT / "lessons").glob("*.ipynb")):
