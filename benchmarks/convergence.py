@@ -16,7 +16,7 @@ checking their settings), a stopped run resumes from its last checkpoint (every 
 exactly the weights an uninterrupted run would have.
 
 **Arms** (all `llama-style`'s shape, d = 64, 4 layers, 4 heads, with the ablation's parts switched on through config
-overrides, benchmarks/ablation.py's PARTS; dropout 0.1, as the shipped story model was trained):
+overrides, benchmarks/ablation.py's PARTS; dropout 0.1, as the previous story model was trained):
 
     llama-style+width    the reference: llama-style with its SwiGLU widened from 176 to 240 (512,576 parameters),
                          the ablation's `+width` control; the width is chosen by `closest_d_ff` to hold GCLA's
@@ -27,7 +27,7 @@ overrides, benchmarks/ablation.py's PARTS; dropout 0.1, as the shipped story mod
     wiola-srpe-offset    wiola with srpe_radius="offset", the relative fix lesson 06 derives: 513,156 (its rate
                          and ATM threshold are wiola's: one formula differs, and the pair is compared at one rate
                          and one tau, seed by seed)
-    llama-style          the shipped story model's design, 463,424 (not equal: the lesson's own comparison at
+    llama-style          the previous story model's design, 463,424 (not equal: the lesson's own comparison at
                          equal rates and budget; its rate is llama-style+width's, the same design 10% narrower)
 
 Equal parameters: `llama-style` is **widened** to Wiola's count rather than Wiola shrunk, so that Wiola stays the
@@ -476,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-size", type=positive_int, default=256)
     parser.add_argument("--eval-every", type=positive_int, default=200)
     parser.add_argument("--eval-max-windows", type=positive_int, default=None)
-    parser.add_argument("--dropout", type=proportion, default=0.1, help="the shipped story model's")
+    parser.add_argument("--dropout", type=proportion, default=0.1, help="as the story models are trained")
     parser.add_argument("--rates", type=positive_float, nargs="+", default=[1e-3, 3e-3, 1e-2])
     parser.add_argument("--extend", type=natural_int, default=2,
                         help="half-decade steps the grid may grow at its edges")
