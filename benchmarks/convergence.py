@@ -428,6 +428,11 @@ def take_others(result: dict, path: Path, mine: list[str]) -> None:
 
 # ------------------------------------------------------------------------------------------------ the experiment
 
+def seed_record(result: dict, run: str) -> dict | None:
+    """The reported seed whose run folder is named `run` (e.g. the shipped story model's, from its made.json)."""
+    return next((s for arm in result["arms"].values() for s in arm["seeds"].values() if s["run"] == run), None)
+
+
 def trained_runs(result: dict, runs: Path) -> dict:
     """The weights --timing-only starts each arm from: its best sweep run, else (an arm that takes another's rate,
     or whose sweep run's folder is gone) its first reported seed whose folder is here; arms with none of them on

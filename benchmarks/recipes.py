@@ -141,12 +141,13 @@ def sample_loss_at(tokens: int) -> dict | None:
     """The held-out loss of the shipped story model's own run on the sample (its seed in results/convergence.json,
     named by the model's made.json), at the last evaluation at or before `tokens` (the CPU recipe's settings, a
     3,000-step schedule; the TinyStories sample, not the full split)."""
+    from benchmarks.convergence import seed_record
     from minwiola.generate import STORY_MODEL
     path = ROOT / "results" / "convergence.json"
     if not path.exists() or not (STORY_MODEL / "made.json").exists():
         return None
     conv, made = json.loads(path.read_text()), json.loads((STORY_MODEL / "made.json").read_text())
-    seed = next((s for arm in conv["arms"].values() for s in arm["seeds"].values() if s["run"] == made["run"]), None)
+    seed = seed_record(conv, made["run"])
     if seed is None:
         return None
     curve = [(t, nats) for t, nats in seed["valid_curve"] if t <= tokens]
