@@ -143,7 +143,9 @@ class GCLA(MultiHeadAttention):
         o_ctx = context_attention(q_ctx, self.context_heads(context, self.k_ctx),   # eqs. 24-26
                                   self.context_heads(context, self.v_ctx))
         beta = torch.sigmoid(self.phi)
-        o = torch.lerp(o_self, o_ctx, beta)               # eq. 27: (1 - beta) o_self + beta o_ctx, one operation
+        # eq. 27: (1 - beta) o_self + beta o_ctx, one operation; under autocast the two outputs can differ in dtype
+        # (bf16 from the fused kernel, float32 from the context's softmax), and lerp wants one dtype
+        o = torch.lerp(o_self, o_ctx.to(o_self.dtype), beta.to(o_self.dtype))
         g = torch.sigmoid(self.gate(x))                                         # eq. 28
         return self.out(g * self.merge_heads(o))                                # eq. 29
 

@@ -344,3 +344,15 @@ def test_cross_layer_context_chains_the_summaries_from_layer_to_layer():
     assert torch.equal(context0, layer_contexts(None, summarize(x0))) and torch.equal(passed, summarize(x0))
     context1, _ = cross_layer_context(x1, passed, "causal")                # layer 1: [summary of x0; of x1], eq. 21
     assert torch.equal(context1, torch.stack([summarize(x0), summarize(x1)], dim=2))
+
+
+def test_gcla_blends_a_bf16_and_a_float32_output(monkeypatch):
+    """Under CUDA's autocast the self-attention output is bf16 while the context's is float32 (its softmax runs in
+    float32 there); eq. 27's blend must take both (the first H100 run of wiola-cs336 stopped on it)."""
+    import minwiola.gcla as gcla_module
+    layer = GCLA(32, 4, 2).to(torch.bfloat16)
+    real = gcla_module.context_attention
+    monkeypatch.setattr(gcla_module, "context_attention", lambda *args: real(*args).float())
+    x, context = torch.randn(2, 8, 32, dtype=torch.bfloat16), torch.randn(2, 8, 2, 32, dtype=torch.bfloat16)
+    out = layer(x, context=context)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()

@@ -1,0 +1,84 @@
+"""benchmarks/convergence_cs336.py: the CS336-shape arms hold equal parameters, each arm's rate is the best MEAN over
+the reported seeds (only rates every seed trained), a tiny launch end to end (processes, calibration, timing) on the
+CPU, and the committed GPU result agrees with its own runs."""
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from benchmarks import convergence_cs336 as cs
+from benchmarks.common import compare
+from minwiola.budget import count_params
+from minwiola.model import preset
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_arms_hold_equal_parameters_and_only_wiola_takes_tau():
+    args = argparse.Namespace(dropout=0.1, shape=None)
+    llama, wiola = (preset(a, **cs.overrides(a, 0.3, args)) for a in cs.ARMS)
+    assert (count_params(llama), count_params(wiola)) == (17_306_112, 17_245_188)
+    assert abs(count_params(llama) / count_params(wiola) - 1) < 0.004
+    assert wiola.atm_tau == 0.3 and llama.atm_tau == preset(cs.LLAMA).atm_tau and llama.dropout == wiola.dropout == 0.1
+    assert (wiola.norm, wiola.positions, wiola.gcla, wiola.atm) == ("wiola", "srpe", "causal", "copy-forward")
+
+
+def fake(rates: dict[str, list[float]]) -> dict:
+    return {lr: {str(s): {"bits_per_byte": v, "nats_per_token": v * 2, "best_step": 100} for s, v in enumerate(vs)}
+            for lr, vs in rates.items()}
+
+
+def test_the_rate_is_the_best_mean_over_complete_rates_and_the_verdict_uses_it():
+    result = {"seeds": [0, 1, 2], "rates": [1e-3, 3e-3, 1e-2], "arms": {
+        cs.LLAMA: {"runs": fake({"0.001": [1.10, 1.11, 1.12], "0.003": [1.00, 1.01, 1.02], "0.01": [0.9, 0.9]})},
+        cs.WIOLA: {"runs": fake({"0.001": [1.05, 0.97, 1.06], "0.003": [1.03, 1.04, 1.05]})}}}
+    cs.summarise(result)
+    assert result["arms"][cs.LLAMA]["best_lr"] == "0.003"        # 0.01 is lower but has two seeds of three
+    assert result["arms"][cs.WIOLA]["best_lr"] == "0.001"        # the lowest mean, not the lowest single seed
+    v = result["comparison"]["at each arm's rate"]
+    assert v == {**compare([1.05, 0.97, 1.06], [1.00, 1.01, 1.02]), "seeds": [3, 3], "rates": [1e-3, 3e-3],
+                 "paired": pytest.approx({"0": 0.05, "1": -0.04, "2": 0.04})}
+    assert set(result["comparison"]) == {"at each arm's rate", "at rate 0.001", "at rate 0.003"}
+    assert result["partial"] is True                               # 17 of 18 runs
+
+
+def test_a_tiny_launch_end_to_end(tmp_path, small_data, monkeypatch):  # noqa: F811
+    out = tmp_path / "r.json"
+    argv = ["--steps", "2", "--eval-every", "2", "--batch-size", "2", "--block-size", "16", "--rates", "3e-3",
+            "--seeds", "0", "1", "--jobs", "3", "--calibration-batches", "1", "--timing-repeat", "1", "--device", "cpu",
+            "--shape", '{"d": 32, "n_heads": 4, "n_kv_heads": 2, "d_ff": 64, "d_ff_a": 16}',
+            "--runs", str(tmp_path / "runs"), "--result", str(out)]
+    assert cs.main(argv) == 0
+    r = json.loads(out.read_text())
+    assert r["partial"] is False and r["device"].startswith("cpu") and r["rate_rule"] == cs.RATE_RULE
+    tau = r["atm_calibration"]["tau"]
+    assert r["atm_calibration"]["run"] == "wiola-cs336-lr0.003-s100-tau0.92"      # the unreported seed, paper's tau
+    for arm in cs.ARMS:
+        runs = r["arms"][arm]["runs"]["0.003"]
+        assert sorted(runs) == ["0", "1"] and r["arms"][arm]["best_lr"] == "0.003"
+        assert all(s["steps"] == 2 and s["best_step"] == 2 for s in runs.values())
+    assert r["arms"][cs.WIOLA]["runs"]["0.003"]["0"]["run"] == f"wiola-cs336-lr0.003-s0-tau{tau:g}"
+    assert "gcla_beta" in r["arms"][cs.WIOLA]["runs"]["0.003"]["0"]["learned"]
+    assert set(r["timing"]["seconds_per_step"]) == set(cs.ARMS) and out.with_suffix(".png").exists()
+    assert "| at each arm's rate |" in cs.report(r)
+    assert all(s["wall_seconds"] > 0 for a in cs.ARMS for s in r["arms"][a]["runs"]["0.003"].values())
+    monkeypatch.setattr(cs, "launch", lambda *a: pytest.fail("a finished run was trained again"))
+    assert cs.main(argv) == 0                                        # a second launch reuses every finished run
+    again = json.loads(out.read_text())
+    assert again["arms"] == r["arms"] and again["atm_calibration"] == r["atm_calibration"]
+
+
+def test_the_committed_gpu_result_agrees_with_its_runs():
+    r = json.loads((ROOT / "results" / "convergence_cs336.json").read_text())
+    assert r["partial"] is False and "H100" in r["device"] and r["steps"] == 1000
+    for arm in r["arms"].values():
+        means = {lr: statistics.mean(s["bits_per_byte"] for s in seeds.values()) for lr, seeds in arm["runs"].items()}
+        assert arm["best_lr"] == min(means, key=means.get)
+        assert all(len(seeds) == 3 for seeds in arm["runs"].values())
+    a, b = (r["arms"][x] for x in (cs.WIOLA, cs.LLAMA))
+    v = compare([s["bits_per_byte"] for s in a["runs"][a["best_lr"]].values()],
+                [s["bits_per_byte"] for s in b["runs"][b["best_lr"]].values()])
+    assert r["comparison"]["at each arm's rate"]["verdict"] == v["verdict"]
+    assert r["atm_calibration"]["mu_at_tau"] == pytest.approx(r["target_mu"], abs=0.01)
