@@ -228,16 +228,17 @@ def launch(arm: str, lr: float, seed: int, tau: float | None, args) -> subproces
                             stderr=subprocess.STDOUT, cwd=ROOT)
 
 
-def run_all(jobs: list[tuple], args, finished) -> None:
+def run_all(jobs: list[tuple], args, finished, recorded) -> None:
     """Train `jobs` ((arm, lr, seed, tau) each), at most --jobs at once, each in its own process (a run an earlier
-    launch finished is reused here); `finished(job)` after each, which may return more jobs to queue (the wiola
-    runs, once tau is known)."""
+    launch finished is reused here, and one `recorded(job)` finds in the result file is not trained); `finished(job)`
+    after each, which may return more jobs to queue (the wiola runs, once tau is known)."""
     queue, running = list(jobs), {}
     while queue or running:
         while queue and len(running) < args.jobs:
             job = queue.pop(0)
-            if (Path(args.runs) / run_name(*job) / "loss.png").exists():      # finished by an earlier launch:
-                train_or_reuse(train_config(*job, args), Path(args.runs) / run_name(*job))   # its settings checked
+            if (Path(args.runs) / run_name(*job) / "loss.png").exists() or recorded(job):   # an earlier launch's
+                if not recorded(job):                                   # its folder is here: its settings checked
+                    train_or_reuse(train_config(*job, args), Path(args.runs) / run_name(*job))
                 queue += finished(job) or []
                 continue
             log(f"training {run_name(*job)}")
@@ -295,13 +296,25 @@ def main(argv: list[str] | None = None) -> int:
     device = device_name(args.device)                   # a --device this machine lacks: one error line, no folder
     Path(args.runs).mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    old = json.loads(path.read_text()) if path.exists() else {}
+    kept = old if all(old.get(k) == getattr(args, k) for k in SETTINGS if k != "rates") else {}
+    args.rates = sorted(set(args.rates) | set(kept.get("rates", [])))     # a grid grown by a later launch
     result = {"command": "python benchmarks/convergence_cs336.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "commit": commit(), "uncommitted": uncommitted(), "device": device, "hardware": hardware(),
               "torch": __import__("torch").__version__, "data": data.describe_source(),
               "when": datetime.datetime.now().isoformat(timespec="seconds"), "rate_rule": RATE_RULE,
               **{k: getattr(args, k) for k in SETTINGS},
               "arms": {a: {"params": count_params(preset(a, **overrides(a, 0.5, args))), "runs": {}} for a in ARMS}}
+    this = {k: result[k] for k in ("command", "commit", "uncommitted", "device", "torch", "when")}
+    result["launches"] = kept.get("launches", [{k: kept[k] for k in this if k in kept}] if kept else []) + [this]
     state = {"tau": None}
+
+    def recorded(job) -> dict | None:
+        """What --result already holds for this run, when its folder is gone (a new machine): kept, not retrained."""
+        arm, lr, seed, tau = job
+        entry = kept.get("arms", {}).get(arm, {}).get("runs", {}).get(f"{lr:g}", {}).get(str(seed))
+        gone = entry and not (Path(args.runs) / entry["run"]).exists()
+        return entry if gone and entry["run"] == run_name(*job) else None
 
     def finished(job):
         arm, lr, seed, tau = job
@@ -313,18 +326,25 @@ def main(argv: list[str] | None = None) -> int:
             log(f"tau {cal['tau']:g} merges {cal['mu_at_tau']:.3f} (target {args.target_mu})")
             state["tau"] = cal["tau"]
             return [(WIOLA, lr, s, cal["tau"]) for lr in args.rates for s in args.seeds]
-        entry = gather(arm, lr, seed, tau, args)
+        entry = recorded(job) or gather(arm, lr, seed, tau, args)
         result["arms"][arm]["runs"].setdefault(f"{lr:g}", {})[str(seed)] = entry
         log(f"{entry['run']}: best {entry['bits_per_byte']:.4f} bits/byte at step {entry['best_step']}")
         summarise(result)
         write_result(result, path, plot)
         return []
 
-    jobs = [(WIOLA, args.calibration_rate, args.calibration_seed, 0.92)]
+    calibration = (WIOLA, args.calibration_rate, args.calibration_seed, 0.92)
+    cal = kept.get("atm_calibration")
+    if cal and cal["run"] == run_name(*calibration) and not (Path(args.runs) / cal["run"]).exists():
+        result["atm_calibration"], state["tau"] = cal, cal["tau"]        # its run's folder is gone: its tau kept
+        jobs = [(WIOLA, lr, s, cal["tau"]) for lr in args.rates for s in args.seeds]
+    else:
+        jobs = [calibration]
     jobs += [(LLAMA, lr, s, None) for lr in args.rates for s in args.seeds]
-    run_all(jobs, args, finished)
+    run_all(jobs, args, finished, recorded)
     log(f"timing both arms' steps in turns ({args.timing_repeat} turns)")
-    result["timing"] = timing(state["tau"], args, result)
+    summarise(result)
+    result["timing"] = timing(state["tau"], args, result) or kept.get("timing")
     result["wall_seconds"] = round(time.perf_counter() - started, 1)
     summarise(result)
     write_result(result, path, plot)
@@ -332,9 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def timing(tau: float, args, result: dict) -> dict:
-    """Each arm's training-step seconds at its chosen rate's seed-0 weights, both in turns in one process, alone on
-    the device, under the trainer's precision (bf16 autocast on a GPU that has it)."""
+def timing(tau: float, args, result: dict) -> dict | None:
+    """Each arm's training-step seconds from trained weights (its chosen rate's first seed, else the first run of
+    another rate whose folder is here: ATM merges as in training), both in turns in one process, alone on the
+    device, under the trainer's precision (bf16 autocast on a GPU that has it); None when an arm has no run here."""
     import torch
     from minwiola.tokenizer import default_tokenizer
     from minwiola.train import pick_device, resolve_precision
@@ -343,8 +364,14 @@ def timing(tau: float, args, result: dict) -> dict:
     x, y = data.get_batch(tokens, args.batch_size, args.block_size, torch.Generator().manual_seed(0),
                           torch.device("cpu"))
     ids = torch.cat([x, y[:, -1:]], dim=1)
-    trained = {a: Path(args.runs) / run_name(a, float(result["arms"][a]["best_lr"]), args.seeds[0],
-                                             tau if a == WIOLA else None) / "best" for a in ARMS}
+    trained = {}
+    for a in ARMS:
+        rates = sorted(result["arms"][a]["runs"], key=lambda lr: (lr != result["arms"][a].get("best_lr"), float(lr)))
+        folders = [Path(args.runs) / run_name(a, float(lr), s, tau if a == WIOLA else None) / "best"
+                   for lr in rates for s in args.seeds]
+        trained[a] = next((f for f in folders if f.exists()), None)
+    if None in trained.values():
+        return None
     precision = resolve_precision("auto", device)
     times = step_times({a: preset(a, **overrides(a, tau, args)) for a in ARMS}, args.block_size, args.batch_size,
                        args.timing_repeat, ids, trained, device=str(device), precision=precision)

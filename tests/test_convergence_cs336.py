@@ -3,6 +3,7 @@ the reported seeds (only rates every seed trained), a tiny launch end to end (pr
 CPU, and the committed GPU result agrees with its own runs."""
 import argparse
 import json
+import shutil
 import statistics
 from pathlib import Path
 
@@ -64,10 +65,22 @@ def test_a_tiny_launch_end_to_end(tmp_path, small_data, monkeypatch):  # noqa: F
     assert set(r["timing"]["seconds_per_step"]) == set(cs.ARMS) and out.with_suffix(".png").exists()
     assert "| at each arm's rate |" in cs.report(r)
     assert all(s["wall_seconds"] > 0 for a in cs.ARMS for s in r["arms"][a]["runs"]["0.003"].values())
+    real_launch = cs.launch
     monkeypatch.setattr(cs, "launch", lambda *a: pytest.fail("a finished run was trained again"))
     assert cs.main(argv) == 0                                        # a second launch reuses every finished run
     again = json.loads(out.read_text())
     assert again["arms"] == r["arms"] and again["atm_calibration"] == r["atm_calibration"]
+    # a new machine (the run folders gone) grows the grid: only the new rate trains, at the recorded tau
+    shutil.rmtree(tmp_path / "runs")
+    trained = []
+    monkeypatch.setattr(cs, "launch", lambda *a: trained.append(cs.run_name(*a[:4])) or real_launch(*a))
+    assert cs.main(argv[:argv.index("--rates") + 1] + ["1e-3"] + argv[argv.index("--rates") + 2:]) == 0
+    grown = json.loads(out.read_text())
+    assert sorted(trained) == sorted(f"{a}-lr0.001-s{s}" + (f"-tau{tau:g}" if a == cs.WIOLA else "")
+                                     for a in cs.ARMS for s in (0, 1))
+    assert grown["rates"] == [1e-3, 3e-3] and grown["partial"] is False and len(grown["launches"]) == 3
+    assert all(grown["arms"][a]["runs"]["0.003"] == r["arms"][a]["runs"]["0.003"] for a in cs.ARMS)
+    assert grown["atm_calibration"] == r["atm_calibration"] and "seconds_per_step" in grown["timing"]
 
 
 def test_the_committed_gpu_result_agrees_with_its_runs():
