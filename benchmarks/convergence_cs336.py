@@ -10,7 +10,9 @@ heads, context 256, dropout 0.1. They already hold equal parameters (llama-cs336
 **Rates.** A GPU is lent here for minutes, not hours, so there is no sweep on a seed of its own: every arm trains
 every --rates on every --seeds (0, 1, 2), and each arm's rate is the one with the lowest MEAN best held-out bits per
 byte over those seeds. The reported seeds thus choose the rate too (stated in the result, "rate_rule"): the rule
-favours no arm, since both choose the same way from the same grid, but it flatters each arm's mean a little.
+favours no arm, since both choose the same way from the same grid, but it flatters each arm's mean a little. When
+an arm's best rate is the grid's lowest or highest, grow the grid with a later launch (`--rates 3e-4`): the runs
+the result file records are kept (their folders may be gone: a new machine), and only the new rate trains.
 
 **ATM's threshold.** As in convergence.py: a calibration run (wiola-cs336 at --calibration-rate, on
 --calibration-seed, never reported, at the paper's tau 0.92) trains first, tau is bisected on its best weights so
@@ -156,10 +158,11 @@ def report(result: dict) -> str:
         rows.append(f"| {label} | {v['rates'][0]:g} vs {v['rates'][1]:g} | {v['seeds'][0]} vs {v['seeds'][1]} | "
                     f"{v['difference']:+.4f} | {v['bound']:.4f} | {v['verdict']} | {paired} |")
     if result.get("timing"):
-        t = result["timing"]["seconds_per_step"]
-        rows += ["", "Step time, both arms in turns alone on the GPU: " + ", ".join(
-            f"`{a}` {1e3 * t[a]:.1f} ms" for a in ARMS if a in t)
-            + (f" (ratio {result['step_time_ratio']:.2f}x)" if result.get("step_time_ratio") else "")]
+        t, m = result["timing"]["seconds_per_step"], result["timing"]["median_seconds_per_step"]
+        rows += ["", f"Step time, both arms in turns alone on the device ({result['device']}, "
+                     f"{result['timing']['precision']}), best of {result['timing']['turns']} turns: " + ", ".join(
+            f"`{a}` {1e3 * t[a]:.1f} ms (median {1e3 * m[a]:.1f})" for a in ARMS if a in t)
+            + (f"; ratio {result['step_time_ratio']:.2f}x" if result.get("step_time_ratio") else "")]
     return "\n".join(rows)
 
 

@@ -83,6 +83,11 @@ def test_readme_findings_come_from_results():
         assert text in found, f"README's findings do not say {text!r}"
     assert main["verdict"] == "within noise" and "**no verdict**" in found
     assert all(d < 0 for d in main["paired"].values()) and "lower on every seed" in found
+    gpu = json.loads((ROOT / "results" / "convergence_cs336.json").read_text())
+    w, l = (gpu["arms"][a]["by_rate"][gpu["arms"][a]["best_lr"]] for a in ("wiola-cs336", "llama-cs336"))
+    assert f"{w['mean_bits_per_byte']:.4f} against {l['mean_bits_per_byte']:.4f}" in found
+    assert f"costs {gpu['step_time_ratio']:.2f}x" in found and found.count("**no verdict**") == 2
+    assert gpu["comparison"]["at each arm's rate"]["verdict"] == "within noise"
 
 
 def test_readme_lists_every_lesson():
@@ -169,6 +174,15 @@ def test_convergence_tables_come_from_results():
     assert result["data"].startswith("TinyStories sample")
     heading = re.search(r"\*\*([^*]+)\*\* \(`results/convergence\.json`", RESULTS).group(1)
     assert ("PARTIAL" in heading) == result["partial"]                 # the docs say so while runs are missing
+
+
+def test_the_cs336_tables_come_from_results():
+    from benchmarks import convergence_cs336
+    result = json.loads((ROOT / "results" / "convergence_cs336.json").read_text())
+    assert convergence_cs336.report(result) in RESULTS                # what `--report` prints, verbatim
+    assert result["data"].startswith("TinyStories sample") and result["device"] in RESULTS
+    v = result["comparison"]["at each arm's rate"]
+    assert f"**{v['verdict']}** at this shape too ({v['difference']:+.4f}" in " ".join(RESULTS.split())
 
 
 def test_story_model_comes_from_results():
