@@ -2,7 +2,7 @@
 
     MINWIOLA_DATA=path/to/tinystories python benchmarks/convergence_cs336.py --jobs 10
 
-The same question as benchmarks/convergence.py, 36 times the parameters: `llama-cs336` (17,306,112) against
+The same question as benchmarks/convergence.py, at 34 times the parameters: `llama-cs336` (17,306,112) against
 `wiola-cs336` (17,245,188: the full Wiola, causal forms, ATM at a calibrated tau), both d = 512, 4 layers, 16
 heads, context 256, dropout 0.1. They already hold equal parameters (llama-cs336's SwiGLU is widened to d_ff =
 1,792 for it, 0.35% more than Wiola), so neither is changed.

@@ -83,6 +83,8 @@ def test_readme_findings_come_from_results():
         assert text in found, f"README's findings do not say {text!r}"
     assert main["verdict"] == "within noise" and "**no verdict**" in found
     assert all(d < 0 for d in main["paired"].values()) and "lower on every seed" in found
+    plain = conv["comparison"]["wiola vs llama-style"]
+    assert f"is {-plain['difference_nats_per_token']:.4f}, within noise too" in found and plain["verdict"] == "within noise"
     gpu = json.loads((ROOT / "results" / "convergence_cs336.json").read_text())
     w, l = (gpu["arms"][a]["by_rate"][gpu["arms"][a]["best_lr"]] for a in ("wiola-cs336", "llama-cs336"))
     assert f"{w['mean_bits_per_byte']:.4f} against {l['mean_bits_per_byte']:.4f}" in found
