@@ -178,7 +178,7 @@ def plot(result: dict, path: Path | None = None):
     timing = result.get("timing", {}).get("seconds_per_step", {})
     xs = [("tokens seen (millions)", lambda r, t, a: t / 1e6),
           ("model training FLOPs (10^15)", lambda r, t, a: t * r["flops_per_token"] / 1e15),
-          ("seconds at the arm's step time (timed in turns, alone)",
+          ("seconds at the arm's step time (timed in turns, alone, on the last launch's GPU)",
            lambda r, t, a: t / per_step * timing[a] if timing.get(a) else None)]
     for i, (name, arm) in enumerate(result["arms"].items()):
         runs = arm["runs"].get(arm.get("best_lr") or "", {})
@@ -203,7 +203,8 @@ def plot(result: dict, path: Path | None = None):
         if ax.lines:
             ax.legend(fontsize=7)
     fig.suptitle(f"CS336 shape: {result['steps']} steps of {result['batch_size']} x {result['block_size']} tokens, "
-                 f"dropout {result['dropout']} | {result['data']} | {result['device']}"
+                 f"dropout {result['dropout']} | {result['data']} | "
+                 + " then ".join(dict.fromkeys(x["device"] for x in result.get("launches") or [result]))
                  + (" | PARTIAL" if result.get("partial") else ""), fontsize=9)
     fig.tight_layout()
     return save_or_return(fig, path)

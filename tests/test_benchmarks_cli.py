@@ -25,6 +25,7 @@ BAD_OPTIONS = {
     "convergence_cs336": [["--steps", "0"], ["--rates", "0"], ["--jobs", "0"], ["--dropout", "1"],
                           ["--seeds", "0", "--calibration-seed", "0"], ["--shape", SHAPE_TOO_NARROW],
                           ["--device", "tpu"]],
+    "cs336_step_probe": [["--batch", "0"], ["--block", "600"], ["--repeat", "-1"], ["--device", "tpu"]],
     "diffusion_bench": [["--steps", "0"], ["--lrs", "nan"], ["--draws", "0"], ["--temperature", "-1"],
                         ["--unmask-steps", "0"], ["--shape", SHAPE_TOO_NARROW]],
     "extrapolation": [["--factor", "2"], ["--eval-windows", "0"], ["--threshold", "inf"], ["--lr", "0"]],

@@ -85,10 +85,14 @@ def test_a_tiny_launch_end_to_end(tmp_path, small_data, monkeypatch):  # noqa: F
 
 def test_the_committed_gpu_result_agrees_with_its_runs():
     r = json.loads((ROOT / "results" / "convergence_cs336.json").read_text())
-    assert r["partial"] is False and "H100" in r["device"] and r["steps"] == 1000
+    assert r["partial"] is False and r["steps"] == 1000
+    # two launches: the grid 1e-3..1e-2 on an H100, then 3e-4 added on an H200 (its runs only; the rest kept)
+    assert ["H100" in x["device"] for x in r["launches"]] == [True, False] and "H200" in r["device"]
+    assert r["rates"] == [3e-4, 1e-3, 3e-3, 1e-2]
     for arm in r["arms"].values():
         means = {lr: statistics.mean(s["bits_per_byte"] for s in seeds.values()) for lr, seeds in arm["runs"].items()}
         assert arm["best_lr"] == min(means, key=means.get)
+        assert min(r["rates"]) < float(arm["best_lr"]) < max(r["rates"])       # inside the grid, not at its edge
         assert all(len(seeds) == 3 for seeds in arm["runs"].values())
     a, b = (r["arms"][x] for x in (cs.WIOLA, cs.LLAMA))
     v = compare([s["bits_per_byte"] for s in a["runs"][a["best_lr"]].values()],

@@ -1,7 +1,9 @@
 """The trainer's CUDA path end to end: autocast in the run's precision (auto: bf16 where the GPU has
 it, else fp16; fp16 with its gradient scaler), TF32, the fused AdamW, torch.compile, the first batch's forward and
 backward, checkpoint and resume, generation. Skipped without a GPU; run it on one with
-`python -m pytest tests/test_cuda.py`. The CPU runs every one of these branches too (tests/test_train.py)."""
+`python -m pytest tests/test_cuda.py` (add `-o addopts=` where nbval, which the project's pytest options name, is
+not installed); it passed on an NVIDIA H200 (docs/training.md). The CPU runs every one of these branches too
+(tests/test_train.py)."""
 import math
 
 import pytest
