@@ -13,7 +13,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,hf]"
+	$(BIN)/python -m pip install --quiet --quiet -c constraints.txt -e ".[dev,hf]"   # errors only: no build chatter
 	touch $@
 
 # The main job: train a small Wiola for a few minutes, then print three stories it writes.

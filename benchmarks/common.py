@@ -39,7 +39,7 @@ def commit() -> str:
 def train_or_reuse(cfg, out: Path) -> Path:
     """Train the run `cfg` (a minwiola.train.TrainConfig) into `out`, resume it if it stopped, or reuse it if it
     finished with these very settings (SystemExit if `out` holds another run): how long sweeps survive a kill."""
-    from minwiola.runs import held_train_config
+    from minwiola.tools.runs import held_train_config
     from minwiola.train import Trainer
     if (out / "loss.png").exists():                     # finished: reused if it is this experiment
         held = held_train_config(json.loads((out / "config.json").read_text())["train"])   # + settings added since
@@ -66,7 +66,7 @@ def step_times(configs: dict, block: int, batch: int, repeat: int = 5, ids=None,
     import torch
     from minwiola.generate import load_model
     from minwiola.model import LanguageModel
-    from minwiola.train import autocast
+    from minwiola.tools.launch import autocast
     torch.manual_seed(0)
     if ids is None:
         ids = torch.randint(0, min(c.vocab_size for c in configs.values()), (batch, block + 1))

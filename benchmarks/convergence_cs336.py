@@ -260,7 +260,7 @@ def run_all(jobs: list[tuple], args, finished, recorded) -> None:
 
 def device_name(device: str) -> str:
     import torch
-    from minwiola.train import pick_device
+    from minwiola.tools.launch import pick_device
     d = pick_device(device)
     return torch.cuda.get_device_name(d) if d.type == "cuda" else f"{d.type}: {hardware()}"
 
@@ -362,7 +362,7 @@ def timing(tau: float, args, result: dict) -> dict | None:
     device, under the trainer's precision (bf16 autocast on a GPU that has it); None when an arm has no run here."""
     import torch
     from minwiola.tokenizer import default_tokenizer
-    from minwiola.train import pick_device, resolve_precision
+    from minwiola.tools.launch import pick_device, resolve_precision
     device = pick_device(args.device)
     tokens = data.tokens("train", default_tokenizer())
     x, y = data.get_batch(tokens, args.batch_size, args.block_size, torch.Generator().manual_seed(0),

@@ -33,7 +33,7 @@ from benchmarks.common import commit, hardware, positive_int, result_options, us
 
 from minwiola import atm
 from minwiola.model import LanguageModel, preset
-from minwiola.train import autocast, pick_device
+from minwiola.tools.launch import autocast, pick_device
 
 TAU = 0.2875          # the tau every wiola-cs336 run of results/convergence_cs336.json merged at
 

@@ -39,7 +39,9 @@ from benchmarks.common import ROOT, commit, hardware, natural_int, positive_int,
 
 from minwiola import data
 from minwiola.budget import training_flops
-from minwiola.train import TrainConfig, Trainer, command_line, evaluate, pick_device, read_metrics
+from minwiola.tools.launch import pick_device
+from minwiola.tools.train_cli import command_line
+from minwiola.train import TrainConfig, Trainer, evaluate, read_metrics
 
 RESULT = ROOT / "results" / "recipes.json"
 # The shipped story model's settings (its made.json: a Wiola of 513,156 parameters, results/convergence.json)
@@ -89,7 +91,7 @@ def command(name: str) -> str:
 
 def train_config(recipe: Recipe, **changes) -> TrainConfig:
     """The recipe's TrainConfig, exactly as its command line would build it (through the trainer's own parser)."""
-    from minwiola.train import parse_overrides
+    from minwiola.tools.train_cli import parse_overrides
     parser = command_line()
     args = parser.parse_args(list(recipe.args))
     values = {name: getattr(args, name) for name in TrainConfig.__dataclass_fields__
@@ -161,7 +163,7 @@ def sample_loss_at(tokens: int) -> dict | None:
 def run_full(name: str) -> dict:
     """Run the recipe's command to its end in runs/recipes/NAME (resumed if it was stopped) and read its best loss."""
     out = ROOT / "runs" / "recipes" / name
-    from minwiola.train import main as train_main
+    from minwiola.tools.train_cli import main as train_main
     resume = (out / "config.json").exists()
     status = train_main(list(RECIPES[name].args) + ["--out", str(out)] + (["--resume"] if resume else []))
     if status:

@@ -659,8 +659,9 @@ def measure_size(factor: float, steps: list[str], work: Path, stories: dict, res
                 record(name, m)
             elif name == "tiktoken":
                 from minwiola import data
+                from minwiola.tools import token_cache
                 chunk = tiktoken_chunk or getattr(data, "CHUNK_BYTES", 4 << 20)    # the blocks data.tokens cuts
-                workers = data._cores() if hasattr(data, "_cores") else os.cpu_count() or 1   # its default
+                workers = token_cache._cores()                  # data.tokens' default
                 record(name, measure(child_command("tiktoken", path=str(folder / "data" / OFFICIAL["train"][0]),
                                                    workers=workers, chunk=chunk), env, log))
             elif name == "resume":

@@ -33,8 +33,9 @@ from benchmarks.common import ROOT, commit, hardware, positive_int, user_errors
 from minwiola import data, sha256_file
 from minwiola.budget import count_params
 from minwiola.generate import STORY_MODEL, generate, load_model, sample_stories, story_statistics
-from minwiola.runs import SUMS, held_train_config
-from minwiola.train import TrainConfig, command_for
+from minwiola.tools.runs import SUMS, held_train_config
+from minwiola.tools.train_cli import command_for
+from minwiola.train import TrainConfig
 
 PROMPTS = ["Once upon a time", "One day, a little girl named", "Tom and his dog", "The sun was shining and",
            "Lily wanted to", "There was a big tree", "Mom said", "The cat saw a", "Ben was sad because",

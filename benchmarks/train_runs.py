@@ -31,7 +31,8 @@ from benchmarks.common import (ROOT, best_eval, commit, hardware, known_preset, 
 from minwiola import data
 from minwiola.budget import count_params
 from minwiola.generate import generate, load_model
-from minwiola.train import TrainConfig, parse_overrides
+from minwiola.tools.train_cli import parse_overrides
+from minwiola.train import TrainConfig
 
 PRESETS = ["wiola-yocto", "llama-style", "gpt2-style", "yocto"]
 

@@ -272,8 +272,8 @@ know who got what right. The tools:
 **A submission is a program you run.** The grader's first line says which of two ways it runs them:
 
 * `isolation: sandbox` (the default wherever Linux allows unprivileged user namespaces; `python -m
-  minwiola.sandbox --check` says in one line whether this machine does). Each notebook's kernel runs in
-  `minwiola.sandbox`: every file system read-only except the submission's scratch folder; the solutions
+  minwiola.classroom.sandbox --check` says in one line whether this machine does). Each notebook's kernel runs in
+  `minwiola.classroom.sandbox`: every file system read-only except the submission's scratch folder; the solutions
   (`lessons/exercises/solutions/`) and the clone's git history (which holds them too) look empty; no network;
   and the kernel is process 1 of its own process namespace, so when grading ends every process the notebook
   started dies with it, however it detached itself. It cannot delete or rewrite your files, the checks, the
@@ -289,7 +289,7 @@ class, grade inside a throwaway container or VM (or as a user account that owns 
 `--isolation sandbox` to refuse to grade at all where the sandbox is missing.
 
 **What makes a verdict trustworthy, in either mode.** Before the notebook's first cell the grader runs a cell of
-its own (`minwiola/grade_probe.py`) that receives the lesson's checks as text, read from `lessons/exercises/`
+its own (`minwiola/classroom/probe.py`) that receives the lesson's checks as text, read from `lessons/exercises/`
 before any student code ran, and draws a secret key inside the kernel. After the notebook, the grader's last cell
 builds the checks from that text (never from disk), calls each one, and prints the verdicts signed with the key.
 So a check cell the student edited, a check file rewritten on disk, or a verdict line forged by rewriting the

@@ -11,7 +11,7 @@ import sys
 
 from . import quick_mode
 from .generate import generate, load_model
-from .train import command_line, run_command
+from .tools.train_cli import command_line, run_command
 
 
 def job_settings(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:

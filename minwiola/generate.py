@@ -33,8 +33,9 @@ from pathlib import Path
 import torch
 
 from . import diffusion
+from .budget import count_params
 from .model import LanguageModel, ModelConfig, evaluating
-from .runs import SUMS, build_model, verify_folder
+from .tools.runs import SUMS, build_model, verify_folder
 from .tokenizer import Tokenizer, default_tokenizer
 
 
@@ -257,7 +258,8 @@ def load_model(folder: str | Path) -> tuple[LanguageModel, "Tokenizer"]:
             break
     if (folder / SUMS).is_file():
         verify_folder(folder)
-    model = build_model(lambda: LanguageModel.from_pretrained(folder), saved_config(folder),
+    config = saved_config(folder)
+    model = build_model(lambda: LanguageModel.from_pretrained(folder), config and count_params(config),
                         f"from {folder / 'config.json'}")
     saved = folder / "tokenizer.bpe"
     return model, Tokenizer.load(saved) if saved.is_file() else default_tokenizer()

@@ -308,6 +308,11 @@ class Tokenizer:
         body = "\n".join(lines) + "\n"
         return body + "sha256 " + hashlib.sha256(body.encode()).hexdigest() + "\n"
 
+    def __reduce__(self):
+        """Pickled as its saved form (the fast encoder inside cannot be pickled): how a tokenizer reaches the
+        worker processes that tokenise a split."""
+        return Tokenizer.loads, (self.dumps(),)
+
     def hash(self) -> str:
         """sha256 of the saved form: names this exact tokenizer (used to key token caches)."""
         return hashlib.sha256(self.dumps().encode()).hexdigest()

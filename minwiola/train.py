@@ -1,108 +1,49 @@
-"""Training a language model on TinyStories: the loop, its schedule, evaluation and run folders (lesson 11).
+"""Training a language model on TinyStories: the loop, its schedule and its evaluation (lesson 11).
 
     python -m minwiola.train --preset wiola-yocto --minutes 10 --out runs/wiola-yocto
 
 The recipe is the Wiola paper's (eqs. 42-43):
 
-* loss: mean next-token cross-entropy (eq. 42), in nats per token;
+* loss: mean next-token cross-entropy (eq. 42), in nats per token. A layer may add a loss of its own (a mixture of
+  experts' balancing and z-losses, `model.aux_loss()`): it is trained on, but the logged train_loss and every
+  evaluation stay pure cross-entropy. objective="diffusion" (lesson 15) trains a model without the causal mask as a
+  masked-diffusion denoiser instead (`diffusion.training_loss`; its evaluation is the ELBO's bound);
 * AdamW, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on weight *matrices* only: vectors and scalars (norm gains
   gamma, WiolaRMSNorm offsets delta, biases, GCLA's blend phi) are not decayed, since decay would pull them toward
-  0 (a norm's gain toward 0, delta toward plain RMSNorm), nor an SSM's A and step sizes (marked
-  `_no_weight_decay`: decay would pull its decay rates and frequencies toward 0). The tied embedding is a matrix
-  and is decayed;
+  0, nor an SSM's A and step sizes (marked `_no_weight_decay`). The tied embedding is a matrix and is decayed;
 * gradients clipped to global norm 1.0;
-* a mixture of experts (ffn="moe", lesson 14) adds its weighted balancing and z-losses (`model.aux_loss()`) to the
-  loss it trains on; the logged train_loss and every evaluation stay pure cross-entropy;
-* each step's record holds what the layers report (`model.stats()`, the mean over the step's micro-batches): with
-  MoE the added "aux_loss", each layer's load per expert ("moe_load") and fraction dropped ("moe_dropped"); with
-  ATM the merge ratio mu of each merging layer ("atm_mu"), whose mean since the last evaluation the evaluation
-  record holds too;
-* objective="diffusion" (lesson 15) trains a model without the causal mask as a masked-diffusion denoiser instead:
-  the loss is `diffusion.training_loss` (the ELBO estimate on a training window), evaluation reports the ELBO's
-  bound (`diffusion.evaluate`: the same keys, plus "bound" and "stderr_nats") and the sample story fills masks
-  after the prompt (`generate.fill_stories`);
 * learning rate: linear warmup over the first 5% of the run, then cosine decay to 0 (eq. 43). The "run" is the
-  step budget, or the time budget if that ends first (the schedule then follows elapsed training time; time spent
-  evaluating is not counted, so two models with the same budget get the same training time).
+  step budget, or the time budget if that ends first (time spent evaluating is not counted).
 
-Evaluation scores a fixed, stated stretch of the held-out split: its first `eval_tokens` predicted tokens (262,144 =
-2^18 by default; `--eval-tokens all` takes the whole split), cut into consecutive windows of the training length.
-The held-out splits of the TinyStories sample (196,322 tokens) and of the built-in stories (70,916) are shorter, so
-there it is the whole split; the full download's (some 22,000 stories, about 20 times the sample's) would take
-minutes at every evaluation on a small GPU, so a run scores the same first 2^18 tokens each time, and every
-evaluation record says how many it scored ("valid_tokens"; the log line too). It reports nats/token, perplexity
-exp(nats/token) and bits per byte (total nats / ln 2 / bytes of the predicted text), which compares models with
-different tokenizers. A run folder holds config.json, metrics.jsonl (one JSON object per log or evaluation),
-checkpoint/ (the latest state: weights, optimizer, gradient scaler, random states) and best/ (the weights with the
-lowest held-out loss, and best/eval.json saying at which step), samples.txt and loss.png.
+Each step's record holds the loss, the rate, the speed and what the layers report (`model.stats()`: ATM's merge
+ratio "atm_mu", MoE's loads ...). Evaluation scores the first `eval_tokens` predicted tokens of the held-out split
+(2^18 by default, the whole split of the sample or the built-in stories; `--eval-tokens all` for any split) in
+consecutive windows of the training length, and reports nats/token, perplexity exp(nats/token) and bits per byte
+(total nats / ln 2 / bytes of the predicted text), which compares models with different tokenizers.
 
-`--resume` continues from the last checkpoint (saved at every evaluation and on Ctrl-C). A run budgeted by steps
-then ends with exactly the weights an uninterrupted run would have; a run budgeted by minutes follows the clock, so
-it ends wherever the time runs out.
-
-Precision (`--precision`): "auto" trains in bf16 on a GPU that has it (autocast: weights, optimizer and gradients
-stay float32; matrix products run in bf16), fp16 on one that does not (a hosted notebook's free T4), and fp32 on a
-CPU or a Mac. fp16's narrow range needs a gradient scaler (`torch.amp.GradScaler`): the loss is multiplied by a
-large factor before the backward pass, the gradients are divided by it before clipping, and a step whose gradients
-overflow is skipped and the factor halved (the run stops as diverged only once the factor is below 1); its state is
-part of the checkpoint. Evaluation and the sample story run without autocast, in float32. On CUDA, while a run
-trains and evaluates, every float32 matrix product (all of training with "fp32"; evaluation always) uses
-TensorFloat-32 (`torch.set_float32_matmul_precision("high")`: inputs rounded to a 10-bit mantissa, sums in float32),
-several times faster and what "fp32" means on a modern GPU; the setting is put back when `run` returns. The CPU has
-no such mode. AdamW is the fused kernel on CUDA (`fused_adamw`).
-
-Several processes (`torchrun --nproc_per_node=N -m minwiola.train ...`) train one model with PyTorch's
-DistributedDataParallel: NCCL on CUDA (rank r on cuda:LOCAL_RANK), gloo on the CPU. `--batch-size` stays the
-*global* batch (it must be a multiple of N): every rank draws the same global batch of windows from the same seeded
-generator and trains on its own rows [r B/N, (r + 1) B/N); DDP averages the gradients (and synchronises only at the
-last micro-batch of `--grad-accum`). So the run is the same experiment for any N, up to the order in which the
-all-reduce sums (float rounding), and `--resume` works with another number of processes: the world size is recorded
-in each evaluation's metrics, not in the run's identity. Rank 0 alone touches the run folder (marker, lock,
-checkpoints, metrics, samples, best/, plot) and evaluates; the others wait for it at a barrier, and every wait gives
-up after `DDP_TIMEOUT` (30 minutes), so no rank hangs for ever. Dropout draws from the same seed on every rank (rows
-of different ranks get the same masks); with dropout, or MoE (its capacity and balancing loss are computed per
-rank's micro-batch), N processes make a statistically equal run, not a bit-equal one; the logged MoE loads and ATM
-merge ratios are rank 0's. objective="diffusion" is refused under torchrun (its masking draws per row from the data
-generator). A rank that fails prints one `error: rank R: ...` line and exits, and torchrun then stops the others.
-Ctrl-C reaches every process; they agree to stop after the same step, and rank 0 saves. A process killed outright
-(SIGKILL, or torchrun's SIGTERM) never leaves a half-written checkpoint: checkpoints are swapped in whole.
+A run folder holds config.json, metrics.jsonl, checkpoint/ (for `--resume`), best/, samples.txt and loss.png.
+Tooling, kept out of this file: the run folder's rules (minwiola/tools/runs.py), the device, precision, several
+processes, Ctrl-C and out-of-memory (tools/launch.py), and the command line (tools/train_cli.py).
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
 import dataclasses
-import datetime
-import errno
-import gc
 import json
 import math
-import os
-import shlex
-import signal
-import sys
-import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from . import budget, data, diffusion, first_line, quick_mode, runs
+from . import budget, data, diffusion
 from .generate import check_seed, generate
-from .model import (LanguageModel, ModelConfig, check_field_types, evaluating, field_types, next_token_loss,
-                    preset)
-from .runs import RunFolderError, plot_run, read_metrics  # noqa: F401 (lessons import them from here)
+from .model import ADDED_LATER, LanguageModel, ModelConfig, check_field_types, evaluating, next_token_loss, preset
 from .tokenizer import default_tokenizer
-
-
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}    # the precisions that train under autocast
-DDP_TIMEOUT = datetime.timedelta(minutes=30)    # the longest a rank waits for the others (rank 0 tokenising, ...)
+from .tools import launch, runs
+from .tools.runs import RunFolderError, plot_run, read_metrics  # noqa: F401 (lessons import them from here)
 
 
 @dataclass
@@ -159,8 +100,8 @@ class TrainConfig:
             raise ValueError(f"betas must be two numbers in [0, 1) and eps > 0, got {self.betas}, {self.eps}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {tuple(OBJECTIVES)}, got {self.objective!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.precision not in launch.PRECISIONS:
+            raise ValueError(f"precision must be one of {launch.PRECISIONS}, got {self.precision!r}")
         if not isinstance(self.overrides, dict):
             raise ValueError(f"overrides must be a dict of model config fields, got {self.overrides!r}")
         check_seed(self.seed)
@@ -186,53 +127,6 @@ class TrainConfig:
         if prompt >= model_cfg.context:
             raise ValueError(f"the sample prompt is {prompt} tokens, leaving no room in context={model_cfg.context}")
         return model_cfg
-
-
-def pick_device(name: str = "auto") -> torch.device:
-    """cuda if there is one, else Apple's mps, else the cpu; or the device named (ValueError if this machine has
-    no such device)."""
-    if name != "auto":
-        if name.split(":")[0] == "meta":
-            raise ValueError("--device meta holds shapes, not numbers: nothing can be trained on it; try auto or cpu")
-        try:
-            device = torch.device(name)
-            torch.empty(1, device=device)                 # fails now if the machine lacks it, not mid-run
-        except (RuntimeError, AssertionError) as e:
-            why = first_line(e, limit=100, sentence=True)
-            raise ValueError(f"--device {name}: not usable on this machine ({why}); try auto or cpu") from None
-        return device
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """The precision a run trains in on `device`: "auto" is bf16 on a GPU that computes in bf16 natively, fp16 on
-    one that does not (a T4: bf16 there would be emulated, slowly), fp32 on a CPU or a Mac (CPU autocast is slower
-    than float32 for models this small); any other choice is taken as it is."""
-    if precision != "auto":
-        return precision
-    if device.type != "cuda":
-        return "fp32"
-    try:
-        native = torch.cuda.is_bf16_supported(including_emulation=False)
-    except TypeError:                                  # torch < 2.3 has no such argument and counts native only
-        native = torch.cuda.is_bf16_supported()
-    return "bf16" if native else "fp16"
-
-
-def autocast(precision: str, device: torch.device):
-    """The autocast context a step runs under: bf16 or fp16 matrix products, float32 weights (a no-op for fp32)."""
-    return torch.autocast(device.type, dtype=AUTOCAST.get(precision, torch.bfloat16), enabled=precision in AUTOCAST)
-
-
-def fused_adamw(device: torch.device) -> bool:
-    """Whether AdamW runs as one fused kernel: on CUDA, yes (fewer launches, the same update to float rounding);
-    on the CPU no, so that CPU runs keep the numbers of the runs recorded in results/ (torch >= 2.4 could fuse
-    there too: tests/test_train.py checks both give the same weights)."""
-    return device.type == "cuda"
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, fused: bool) -> torch.optim.AdamW:
@@ -349,92 +243,19 @@ def average(values: list):
     return sum(values) / len(values)
 
 
-OUT_OF_MEMORY = (getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError), MemoryError)
+def run_record(cfg: TrainConfig, model_cfg: ModelConfig, tokenizer) -> dict:
+    """What decides a run besides its budget's progress (config.json): trainer settings, the model config as
+    resolved, the tokenizer and the data files."""
+    return {"train": json.loads(json.dumps(dataclasses.asdict(cfg))),     # tuples -> lists, as stored
+            "model": dataclasses.asdict(model_cfg),
+            "tokenizer": {"sha256": tokenizer.hash(), "vocab_size": tokenizer.vocab_size},
+            "data": data.source_record()}
 
 
-def is_out_of_memory(error: BaseException) -> bool:
-    """A GPU's out-of-memory error, or the CPU allocator's (a RuntimeError saying it cannot allocate)."""
-    return isinstance(error, OUT_OF_MEMORY) or (isinstance(error, RuntimeError) and "allocate" in str(error))
-
-
-def divisors(n: int) -> list[int]:
-    """The divisors of n, smallest first."""
-    return [k for k in range(1, n + 1) if n % k == 0]
-
-
-def out_of_memory(cfg: TrainConfig, device: torch.device | str, world: int, split: int | None) -> str:
-    """The one line for a run that does not fit on `device`: at which size, and either the settings with the same
-    tokens per step whose micro-batches are `split` times smaller, or (split None) what else to try."""
-    per = f" ({cfg.batch_size // world} per process)" if world > 1 else ""
-    where = f"out of memory on {device} at --batch-size {cfg.batch_size}{per} x --block-size {cfg.block_size}"
-    if split is None:
-        return (f"{where}: not even one window per process fits; lower --block-size or pick a smaller model"
-                + ("" if cfg.activation_checkpointing else ", or add --activation-checkpointing"))
-    return (f"{where}: try --batch-size {cfg.batch_size // split} --grad-accum {cfg.grad_accum * split} "
-            "(the same tokens per step)")
-
-
-OOM, NOT_FINITE = "out of memory", "not finite"
-
-
-def first_pass(model: LanguageModel, forward, tokens: np.ndarray, cfg: TrainConfig, device: torch.device,
-               precision: str, rows: int) -> str | None:
-    """One forward and backward pass as a step takes it (training mode, the run's precision, compiled if the run
-    compiles) on `rows` windows: None if it went through, else OOM, NOT_FINITE or another error's first line.
-    It leaves no trace: the windows come from a generator of its own, the gradients are dropped and torch's random
-    states (dropout draws here) are put back, so the run that follows is the same as without it."""
-    x, y = data.get_batch(tokens, rows, cfg.block_size, torch.Generator().manual_seed(cfg.seed))
-    x, y = x.to(device), y.to(device)
-    saved = runs.random_states(device, torch.Generator())
-    model.train()
-    try:
-        with autocast(precision, device):
-            logits = forward(x)
-            loss = next_token_loss(logits, y)      # any loss over the logits costs the memory a step's does
-        finite = bool(torch.isfinite(logits).all())
-        del logits
-        loss.backward()
-    except OUT_OF_MEMORY:                           # returned, not raised: the error's frames would hold the memory
-        return OOM
-    except RuntimeError as e:                       # torch's and the compiler's errors (InductorError is one)
-        return first_line(e)
-    finally:
-        model.zero_grad(set_to_none=True)
-        runs.restore_random_states(saved, device, torch.Generator())
-    return None if finite else NOT_FINITE
-
-
-def free_memory(device: torch.device) -> None:
-    """Give what a failed pass allocated back, so that the next try starts from an empty device."""
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
-def try_a_batch(model: LanguageModel, forward, tokens: np.ndarray, cfg: TrainConfig, device: torch.device,
-                precision: str = "fp32", world: int = 1) -> None:
-    """A first micro-batch (batch_size / world windows) forward and backward on the device (`first_pass`): a data,
-    device, compiler or memory problem, or a model whose output is already not finite, shows before a trainer
-    touches its folder, not after. Out of memory, it tries micro-batches 2, 3, 4, ... times smaller until one fits,
-    and the error names the --batch-size / --grad-accum with the same tokens per step."""
-    micro = cfg.batch_size // world
-    failure = first_pass(model, forward, tokens, cfg, device, precision, micro)
-    if failure is None:
-        return
-    if failure == NOT_FINITE:
-        also = " or --precision (fp16 overflows beyond 65504)" if precision == "fp16" else ""
-        raise ValueError("the model's output is not finite on a first batch, before any training: check the "
-                         f"model settings (init_std?){also}")
-    if failure != OOM:
-        raise ValueError(f"a first batch of {micro} x {cfg.block_size} tokens failed on {device}: {failure}")
-    for split in divisors(micro)[1:]:
-        free_memory(device)
-        if first_pass(model, forward, tokens, cfg, device, precision, micro // split) is None:
-            break
-    else:
-        split = None
-    free_memory(device)
-    raise ValueError(out_of_memory(cfg, device, world, split))
+def added_later() -> dict:
+    """Each model config field added since the first runs, with its default: what a run written before it had."""
+    defaults = dataclasses.asdict(ModelConfig())
+    return {name: defaults[name] for name in ADDED_LATER}
 
 
 def diverged(loss: float, norm: float, step: int, out: Path, first_checkpoint: int) -> FloatingPointError:
@@ -445,230 +266,82 @@ def diverged(loss: float, norm: float, step: int, out: Path, first_checkpoint: i
     return FloatingPointError(f"{what} at step {step}; {kept} (start again with --overwrite and a lower --lr)")
 
 
-@contextlib.contextmanager
-def on_ctrl_c(handler):
-    """Within the block, Ctrl-C calls `handler` instead of raising KeyboardInterrupt at once: the trainer sets a
-    flag that is read between steps, so a checkpoint never holds half a step. Signal handlers can only be
-    installed from the main thread; elsewhere Ctrl-C is left alone."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+def read_tokens(tokenizer, procs: launch.Processes, progress: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The training and held-out tokens (tokenised on first use, with a bar when `progress`). Under torchrun rank 0
+    reads first and the others then find its cache: two processes must not write one cache file."""
+    if not procs.main:
+        procs.barrier()
+    splits = tuple(data.tokens(split, tokenizer, progress=progress) for split in ("train", "valid"))
+    if procs.main:
+        procs.barrier()
+    return splits
 
 
-@contextlib.contextmanager
-def tensor_float_32(device: torch.device):
-    """Within the block, float32 matrix products on CUDA use TensorFloat-32 (module docstring); afterwards the
-    setting is what it was, so a notebook's own float32 comparisons after a run stay exact."""
-    if device.type != "cuda":
-        yield
-        return
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high")
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(before)
+def try_first_batch(model, forward, tokens: np.ndarray, cfg: TrainConfig, device, precision: str, world: int):
+    """A first micro-batch forward and backward (`launch.try_a_batch`), on windows drawn from a generator of its
+    own: a data, device, compiler or memory problem shows before the trainer touches its folder."""
+    first = lambda rows: data.get_batch(tokens, rows, cfg.block_size, torch.Generator().manual_seed(cfg.seed))
+    sizes = launch.Sizes(cfg.batch_size, cfg.block_size, cfg.grad_accum, cfg.activation_checkpointing)
+    launch.try_a_batch(model, forward, first, next_token_loss, sizes, device, precision, world)
 
 
-# ------------------------------------------------------------------------------------- several processes
-def launched_ranks() -> tuple[int, int, int]:
-    """(rank, world size, local rank) as torchrun sets them (RANK, WORLD_SIZE, LOCAL_RANK); (0, 1, 0) in a plain
-    process. A world of one is a plain process: no process group, nothing changes."""
-    try:
-        rank, world, local = (int(os.environ.get(name, default)) for name, default in
-                              (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")))
-    except ValueError:
-        raise ValueError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (torchrun sets them)") from None
-    if not (world >= 1 and 0 <= rank < world and local >= 0):
-        raise ValueError(f"RANK={rank}, WORLD_SIZE={world}, LOCAL_RANK={local} do not describe a launch")
-    return rank, world, local
-
-
-def rank_device(device: torch.device, local: int, world: int) -> torch.device:
-    """The device of this process: under torchrun each rank takes its own GPU, cuda:LOCAL_RANK (whatever index was
-    named); the CPU stays the CPU; Apple's mps has no backend for several processes."""
-    if world == 1 or device.type == "cpu":
-        return device
-    if device.type != "cuda":
-        raise ValueError(f"--device {device} cannot train with several processes; use cuda or cpu")
-    if local >= torch.cuda.device_count():
-        raise ValueError(f"LOCAL_RANK {local}: this machine has {torch.cuda.device_count()} GPU(s); start at most "
-                         "that many processes on it (--nproc_per_node)")
-    return torch.device("cuda", local)
-
-
-def check_world(cfg: TrainConfig, world: int) -> None:
-    """What several processes cannot do (ValueError naming the setting)."""
-    if world > 1 and cfg.batch_size % world:
-        raise ValueError(f"batch_size must be a multiple of the {world} processes (it is the global batch, split "
-                         f"evenly between them), got {cfg.batch_size}")
-    if world > 1 and cfg.objective == "diffusion":
-        raise ValueError("objective='diffusion' cannot train with several processes: its masking draws each row's "
-                         "noise from the data generator, so rows split between processes would not make the same "
-                         "run as one process; train it in one process")
-
-
-def lost_contact(error: BaseException) -> bool:
-    """Whether `error` is a collective failing because another process is gone (gloo's closed connection, NCCL's
-    aborted communicator): a consequence, not a cause, so no traceback."""
-    text = str(error)
-    return isinstance(error, getattr(dist, "DistError", ())) or any(
-        sign in text for sign in ("Connection closed by peer", "Connection reset by peer", "NCCL communicator"))
-
-
-def start_distributed(world: int, device: torch.device) -> None:
-    """Join torchrun's process group (once): NCCL between GPUs, gloo between CPU processes. Every collective and
-    barrier gives up after DDP_TIMEOUT."""
-    if world == 1 or dist.is_initialized():
-        return
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=DDP_TIMEOUT)
-
-
-def stop_distributed() -> None:
-    """Leave the process group at the end of a run that went well (after an error the process just exits, and
-    torchrun stops the others)."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+def evaluation_means(steps: list[dict]) -> dict:
+    """The EVALUATION_MEANS statistics (ATM's mu of each merging layer), each averaged over `steps` (the records
+    since the last evaluation; {} for a model that reports none)."""
+    return mean_stats([{name: step[name] for name in EVALUATION_MEANS if name in step} for step in steps])
 
 
 class Trainer:
     """One run: `Trainer(cfg, out).run()`. Everything it needs to continue exactly is in `out/checkpoint/`.
-
-    Before anything in `out` is written or deleted, every setting is checked, the model is built on the device,
-    the data is read and a first batch goes forward and backward through the model: a mistake fails here, with the
-    old run untouched. The folder's bookkeeping (marker, lock, checkpoints, metrics) is `minwiola.runs`.
-
-    Under torchrun (WORLD_SIZE > 1) every process builds a Trainer: `rank` 0 of `world` owns the folder, the
-    others read only the checkpoint they resume from, once rank 0 has checked and locked the folder."""
+    Before anything in `out` is written or deleted, every setting is checked, the model is built, the data is read
+    and a first batch goes forward and backward: a mistake fails here, with the old run untouched. Under torchrun
+    every process builds one (`launch.Processes`); rank 0 alone writes the folder."""
 
     def __init__(self, cfg: TrainConfig, out: str | Path, resume: bool = False, overwrite: bool = False,
                  progress: bool = True, quiet: bool = False):
-        self.rank, self.world, local = launched_ranks()
-        self.main = self.rank == 0
         self.cfg, self.out = cfg, Path(out)
+        self.procs = launch.Processes(cfg.device)          # rank, world size, this process's device
+        self.main, self.world, self.device = self.procs.main, self.procs.world, self.procs.device
         self.progress, self.quiet = progress and self.main, quiet or not self.main   # one process speaks
         self.tokenizer = default_tokenizer()
         model_cfg = cfg.model_config(self.tokenizer)
-        self.device = rank_device(pick_device(cfg.device), local, self.world)
-        self.precision = resolve_precision(cfg.precision, self.device)
-        check_world(cfg, self.world)
+        self.precision = launch.resolve_precision(cfg.precision, self.device)
+        launch.check_world(cfg.batch_size, cfg.objective, self.world)
         state = runs.check_options(self.out, resume, overwrite) if self.main else None   # read-only
-        start_distributed(self.world, self.device)
+        self.procs.start()
         torch.manual_seed(cfg.seed)                       # the same initial weights in every process
-        self.stop_requested = False                       # set by Ctrl-C; the loop stops at the next step boundary
-        self.half_step = False                            # a second Ctrl-C stopped a step midway: state unusable
-        self.model = runs.build_model(lambda: LanguageModel(model_cfg).to(self.device), model_cfg,
-                                      f"on {self.device}")      # a model too big for this machine: one line
+        self.ctrl_c = launch.CtrlC()                      # Ctrl-C: stop at the next step boundary
+        self.model = runs.build_model(lambda: LanguageModel(model_cfg).to(self.device),
+                                      budget.count_params(model_cfg), f"on {self.device}")
         self.model.activation_checkpointing = cfg.activation_checkpointing
         self.forward = torch.compile(self.model) if cfg.compile else self.model
-        self.opt = make_optimizer(self.model, cfg, fused_adamw(self.device))
+        self.opt = make_optimizer(self.model, cfg, launch.fused_adamw(self.device))
         fp16 = self.precision == "fp16"                   # a disabled scaler passes everything through unchanged
         self.scaler = torch.amp.GradScaler(self.device.type if fp16 else "cpu", enabled=fp16)
-        self.train_tokens, self.valid_tokens = self.read_data()
+        self.train_tokens, self.valid_tokens = read_tokens(self.tokenizer, self.procs, self.progress)
         self.nbytes = token_bytes(self.tokenizer)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.step, self.elapsed, self.best = 0, 0.0, math.inf
         self.objective = OBJECTIVES[cfg.objective]        # its training loss and its evaluation
         self.logs_aux = any(hasattr(layer, "added_loss") for layer in self.model.modules())   # MoE: log "aux_loss"
         self.step_stats: list[dict] = []                  # each step's layer statistics since the last evaluation
-        self.record = {"train": json.loads(json.dumps(dataclasses.asdict(cfg))),     # tuples -> lists, as stored
-                       "model": dataclasses.asdict(model_cfg),
-                       "tokenizer": {"sha256": self.tokenizer.hash(), "vocab_size": self.tokenizer.vocab_size},
-                       "data": data.source_record()}
+        self.record = run_record(cfg, model_cfg, self.tokenizer)   # what config.json holds: --resume checks it
         if resume and self.main:
-            runs.check_same_run(self.out, self.record)
+            runs.check_same_run(self.out, self.record, added_later())
         if len(self.valid_tokens) < 2:
             raise ValueError(f"the held-out split has {len(self.valid_tokens)} token(s): nothing to evaluate on")
-        try_a_batch(self.model, self.forward, self.train_tokens, cfg, self.device, self.precision, self.world)
+        try_first_batch(self.model, self.forward, self.train_tokens, cfg, self.device, self.precision, self.world)
         self.lock = runs.FolderLock(self.out) if self.main else None
         if self.main:
             runs.open_run(self.out, self.lock, state, resume, self.record)
-        self.barrier()                                    # the others wait until rank 0 has checked and taken it
+        self.procs.barrier()                              # the others wait until rank 0 has checked and taken it
         if resume:
             self.load_checkpoint()
-        self.step_forward = self.distributed(model_cfg)
+        self.step_forward = self.procs.wrap(self.forward, unused_parameters=model_cfg.ffn == "moe")
 
-    def read_data(self) -> tuple[np.ndarray, np.ndarray]:
-        """The training and held-out tokens (tokenised on first use, with a bar when `progress`). Under torchrun
-        rank 0 reads first and the others then find its cache: two processes must not write one cache file."""
-        if not self.main:
-            self.barrier()
-        splits = tuple(data.tokens(split, self.tokenizer, progress=self.progress) for split in ("train", "valid"))
-        if self.main:
-            self.barrier()
-        return splits
-
-    def distributed(self, model_cfg: ModelConfig):
-        """What a step calls: the (compiled) model, wrapped in DistributedDataParallel under torchrun. A mixture of
-        experts may leave an expert without tokens in a batch, which DDP must be told to expect."""
-        if self.world == 1:
-            return self.forward
-        from torch.nn.parallel import DistributedDataParallel
-        return DistributedDataParallel(self.forward, device_ids=[self.device] if self.device.type == "cuda" else None,
-                                       find_unused_parameters=model_cfg.ffn == "moe")
-
-    # ------------------------------------------------------------------------------------ between processes
-    def barrier(self) -> None:
-        """Wait for every process (nothing to wait for in one)."""
-        if self.world > 1:
-            dist.barrier(**({"device_ids": [self.device.index]} if self.device.type == "cuda" else {}))
-
-    def across_ranks(self, values: list[float]) -> list[float]:
-        """Each value's mean over the processes (one all-reduce; every process gets the same numbers)."""
-        if self.world == 1:
-            return values
-        total = torch.tensor(values, dtype=torch.float64, device=self.device)
-        dist.all_reduce(total)
-        return (total / self.world).tolist()
-
-    # ------------------------------------------------------------------------------------- checkpoints
-    def save_checkpoint(self) -> None:
-        runs.save_checkpoint(self.out, self.model, self.tokenizer, {
-            "optimizer": self.opt.state_dict(), "step": self.step, "elapsed": self.elapsed, "best": self.best,
-            "scaler": self.scaler.state_dict(), **runs.random_states(self.device, self.generator)})
-
-    def load_checkpoint(self) -> None:
-        """Every process loads rank 0's checkpoint (reading only): the processes hold the same state, so rank 0's is
-        each one's, whatever number of processes saved it."""
-        weights, state = runs.load_checkpoint(self.out, self.record["model"])
-        self.model.load_state_dict(weights)
-        try:
-            self.opt.load_state_dict(state["optimizer"])
-            if state.get("scaler") and self.scaler.is_enabled():   # {} from a run that had no scaler
-                self.scaler.load_state_dict(state["scaler"])
-            runs.restore_random_states(state, self.device, self.generator)
-        except (KeyError, TypeError, ValueError, RuntimeError) as e:
-            raise RunFolderError(f"{self.out / 'checkpoint' / 'trainer_state.pt'} does not fit this run "
-                                 f"({first_line(e)})") from None
-        self.step, self.elapsed, self.best = state["step"], state["elapsed"], state["best"]
-        if self.main:
-            runs.forget_after(self.out, self.step, state["samples_bytes"])
-
-    # -------------------------------------------------------------------------------------------- steps
-    def progress_fraction(self) -> float:
-        done = self.step / self.cfg.steps
-        if self.cfg.minutes is not None:
-            done = max(done, self.elapsed / (60 * self.cfg.minutes))
-        return done
-
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """This process's rows of the next batch. Every process draws the same `batch_size` windows from the same
-        generator (so the generators stay in step) and keeps its own slice [rank B/world, (rank + 1) B/world)."""
-        cfg = self.cfg
-        x, y = data.get_batch(self.train_tokens, cfg.batch_size, cfg.block_size, self.generator)
-        rows = slice(self.rank * cfg.batch_size // self.world, (self.rank + 1) * cfg.batch_size // self.world)
-        return x[rows].to(self.device), y[rows].to(self.device)
-
+    # -------------------------------------------------------------------------------------------- a step
     def train_step(self) -> float:
-        """One optimizer step over `grad_accum` micro-batches; returns this process's mean training loss. Under DDP
-        the gradients are averaged over the processes at the last micro-batch only (`no_sync` before it)."""
+        """One optimizer step over `grad_accum` micro-batches; returns this process's mean training loss."""
         cfg = self.cfg
         lr = learning_rate(self.progress_fraction(), cfg.lr, cfg.warmup, cfg.min_lr)
         for group in self.opt.param_groups:
@@ -677,9 +350,8 @@ class Trainer:
         total, stats = 0.0, []
         for i in range(cfg.grad_accum):
             x, y = self.next_batch()
-            last = self.world == 1 or i == cfg.grad_accum - 1
-            with contextlib.nullcontext() if last else self.step_forward.no_sync():
-                with autocast(self.precision, self.device):
+            with self.procs.sync_at(self.step_forward, last=i == cfg.grad_accum - 1):
+                with launch.autocast(self.precision, self.device):
                     loss = self.objective.loss(self.step_forward, x, y, self.model.config, self.generator)
                 aux = self.model.aux_loss()               # what layers add (MoE's weighted balancing losses), or 0
                 self.scaler.scale((loss + aux) / cfg.grad_accum).backward()   # fp16: scaled against underflow
@@ -688,7 +360,10 @@ class Trainer:
             stats.append({"aux_loss": aux.item(), **measured} if self.logs_aux else measured)
         self.scaler.unscale_(self.opt)                    # the true gradients, for clipping
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
-        if not (math.isfinite(total) and (math.isfinite(norm.item()) or self.overflow_allowed())):
+        # fp16 gradients that overflow are normal while the scaler's factor settles (it skips the step and halves the
+        # factor); once the factor is below 1 the gradients themselves are not finite, and the run stops
+        overflow = self.scaler.is_enabled() and self.scaler.get_scale() >= 1.0
+        if not (math.isfinite(total) and (math.isfinite(norm.item()) or overflow)):
             self.opt.zero_grad(set_to_none=True)          # a finite loss can still have inf grads
             raise diverged(total, norm.item(), self.step + 1, self.out, min(cfg.eval_every, cfg.steps))
         self.scaler.step(self.opt)                        # fp16: skipped if the gradients overflowed
@@ -698,77 +373,39 @@ class Trainer:
         self.step_stats.append(mean_stats(stats))        # ATM's mu, MoE's loads...: the micro-batches' mean
         return total
 
-    def overflow_allowed(self) -> bool:
-        """fp16 gradients that overflowed: the scaler skips the step and halves its factor, which is normal while
-        the factor settles; once it has fallen below 1 the gradients themselves are not finite, and the run stops."""
-        return self.scaler.is_enabled() and self.scaler.get_scale() >= 1.0
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """This process's rows of the next batch (every process draws the whole batch: generators stay in step)."""
+        x, y = data.get_batch(self.train_tokens, self.cfg.batch_size, self.cfg.block_size, self.generator)
+        rows = self.procs.rows(self.cfg.batch_size)
+        return x[rows].to(self.device), y[rows].to(self.device)
 
-    def held_out(self) -> np.ndarray:
-        """The held-out tokens an evaluation scores: the first `eval_tokens` predictions (a next-token model's
-        first token is context only, so it takes one more), or the whole split."""
-        n = self.cfg.eval_tokens
-        if n is None:
-            return self.valid_tokens
-        return self.valid_tokens[:n + self.objective.context_tokens]
-
-    def evaluate_and_sample(self) -> dict:
-        result = self.objective.evaluate(self.model, self.held_out(), self.cfg, self.nbytes, self.device,
-                                         self.progress and not self.quiet)
-        story = generate(self.model, self.tokenizer, self.cfg.prompt, self.cfg.sample_tokens, seed=0)
-        with open(self.out / "samples.txt", "a") as f:
-            f.write(f"--- step {self.step}, held-out {result['nats_per_token']:.3f} nats/token{bound(result)}\n"
-                    f"{story}\n\n")
-        if result["nats_per_token"] < self.best:
-            self.best = result["nats_per_token"]
-            record = json.dumps({"step": self.step, **result}, indent=2) + "\n"
-            runs.save_weights(self.out, "best", self.model, self.tokenizer,
-                              {"eval.json": lambda path: path.write_text(record)})
-        return result
-
-    def evaluation_means(self) -> dict:
-        """The EVALUATION_MEANS statistics (ATM's mu of each merging layer), each averaged over the steps since the
-        last evaluation ({} for a model that reports none). After a resume the mean covers the steps since it."""
-        steps, self.step_stats = self.step_stats, []
-        return mean_stats([{name: step[name] for name in EVALUATION_MEANS if name in step} for step in steps])
-
-    def request_stop(self, signum=None, frame=None) -> None:
-        """Ctrl-C during `run`: finish the current step, save a checkpoint, stop. A second Ctrl-C stops at once."""
-        if self.stop_requested:
-            self.half_step = True
-            raise KeyboardInterrupt
-        self.stop_requested = True
+    def progress_fraction(self) -> float:
+        by_clock = self.elapsed / (60 * self.cfg.minutes) if self.cfg.minutes is not None else 0.0
+        return max(self.step / self.cfg.steps, by_clock)
 
     def finished(self) -> bool:
-        return self.step >= self.cfg.steps or (self.cfg.minutes is not None and
-                                               self.elapsed >= 60 * self.cfg.minutes)
+        return self.step >= self.cfg.steps or self.progress_fraction() >= 1
 
+    # --------------------------------------------------------------------------------------------- the loop
     def run(self) -> dict:
-        """Train until the budget is spent; evaluate every `eval_every` steps and at the end. Returns the last
-        evaluation (of a run that had already finished: the one it logged; under torchrun, {} on ranks but 0).
-        Ctrl-C lets the current step finish, saves a checkpoint and raises KeyboardInterrupt; a NaN or inf stops
-        the run and keeps the last good checkpoint. The first step's time includes one-off start-up costs (and
-        compilation, with `compile`)."""
-        if self.half_step:
+        """Train until the budget is spent; evaluate every `eval_every` steps and at the end; return the last
+        evaluation ({} on ranks but 0). Ctrl-C lets the current step finish, saves a checkpoint and raises
+        KeyboardInterrupt; a NaN or inf stops the run and keeps the last good checkpoint."""
+        if self.ctrl_c.half_step:
             raise RuntimeError(f"this trainer was stopped in the middle of a step; continue from the last checkpoint "
                                f"with Trainer(..., resume=True) (or --resume)")
-        self.stop_requested = False
+        self.ctrl_c.requested = False
         if self.main:
             self.lock.acquire()                           # held again if an earlier run() gave it back
         try:
-            evals = [r for r in read_metrics(self.out) if "valid_nats_per_token" in r] if self.step and self.main \
-                else []
-            last = {k[len("valid_"):]: v for k, v in evals[-1].items() if k.startswith("valid_")} if evals else {}
+            last = runs.last_evaluation(self.out) if self.step and self.main else {}
             if self.finished():
                 return last
-            with on_ctrl_c(self.request_stop), tensor_float_32(self.device):
+            with launch.on_ctrl_c(self.ctrl_c), launch.tensor_float_32(self.device):
                 return self.train_loop(last)
         finally:
             if self.main:
                 self.lock.release()                       # another trainer may --resume this folder now
-
-    def stop_here(self) -> bool:
-        """Whether a Ctrl-C has asked to stop, in any process (they must all stop at the same step)."""
-        return self.across_ranks([float(self.stop_requested)])[0] > 0 if self.world > 1 else self.stop_requested
 
     def train_loop(self, last: dict) -> dict:
         from tqdm.auto import tqdm
@@ -780,16 +417,16 @@ class Trainer:
                    disable=not self.progress, desc=self.out.name)
         try:
             while not self.finished():
-                if self.stop_here():
+                if self.procs.mean([float(self.ctrl_c.requested)])[0] > 0:     # Ctrl-C in any process: all stop
                     if self.main:
                         self.save_checkpoint()
-                        bar.write(f"interrupted at step {self.step}: saved {self.out / 'checkpoint'}; continue with "
-                                  "--resume")
-                    self.barrier()
+                        bar.write(f"interrupted at step {self.step}: saved {self.out / 'checkpoint'}; continue "
+                                  "with --resume")
+                    self.procs.barrier()
                     raise KeyboardInterrupt
                 start = time.perf_counter()
                 loss = self.train_step()
-                loss, seconds = self.across_ranks([loss, time.perf_counter() - start])   # the same in every process
+                loss, seconds = self.procs.mean([loss, time.perf_counter() - start])   # the same in every process
                 self.elapsed += seconds
                 record = {"step": self.step, "tokens": self.step * tokens_per_step, "train_loss": loss,
                           "lr": self.opt.param_groups[0]["lr"], "tokens_per_s": tokens_per_step / seconds,
@@ -801,21 +438,38 @@ class Trainer:
                 if self.step % cfg.eval_every == 0 or self.finished():
                     if self.main:
                         last = self.evaluate_and_log(tokens_per_step, bar)
-                    self.barrier()                        # the others wait while rank 0 evaluates and saves
+                    self.procs.barrier()                  # the others wait while rank 0 evaluates and saves
         finally:
             bar.close()
         if self.main:
-            plot_run(self.out)
+            runs.plot_run(self.out)
         return last
 
+    # ------------------------------------------------------------------------------------------ evaluation
+    def held_out(self) -> np.ndarray:
+        """The first `eval_tokens` predictions of the held-out split (a decoder's first token is context only)."""
+        n = self.cfg.eval_tokens
+        if n is None:
+            return self.valid_tokens
+        return self.valid_tokens[:n + self.objective.context_tokens]
+
     def evaluate_and_log(self, tokens_per_step: int, bar) -> dict:
-        """Evaluate, write the story, log the evaluation (with what it scored and how the run trained), save a
-        checkpoint, and say so."""
-        last = self.evaluate_and_sample()
+        """Evaluate, write a story, keep the best weights, log the evaluation, save a checkpoint, and say so."""
+        last = self.objective.evaluate(self.model, self.held_out(), self.cfg, self.nbytes, self.device,
+                                       self.progress and not self.quiet)
+        story = generate(self.model, self.tokenizer, self.cfg.prompt, self.cfg.sample_tokens, seed=0)
+        runs.append_sample(self.out, f"step {self.step}, held-out {last['nats_per_token']:.3f} nats/token"
+                           f"{bound(last)}", story)
+        if last["nats_per_token"] < self.best:
+            self.best = last["nats_per_token"]
+            record = json.dumps({"step": self.step, **last}, indent=2) + "\n"
+            runs.save_weights(self.out, "best", self.model, self.tokenizer,
+                              {"eval.json": lambda path: path.write_text(record)})
         runs.append_metrics(self.out, {"step": self.step, "tokens": self.step * tokens_per_step,
-                                       "elapsed_s": self.elapsed, **self.evaluation_means(),
+                                       "elapsed_s": self.elapsed, **evaluation_means(self.step_stats),
                                        **{f"valid_{k}": v for k, v in last.items()},
                                        "precision": self.precision, "world_size": self.world})
+        self.step_stats = []                              # the next evaluation's means start here
         self.save_checkpoint()
         if not self.quiet:
             bar.write(f"step {self.step}: held-out {last['nats_per_token']:.4f} nats/token{bound(last)} over "
@@ -823,170 +477,21 @@ class Trainer:
                       f"{last['bits_per_byte']:.4f} bits/byte")
         return last
 
+    def save_checkpoint(self) -> None:
+        runs.save_checkpoint(self.out, self.model, self.tokenizer, {
+            "optimizer": self.opt.state_dict(), "step": self.step, "elapsed": self.elapsed, "best": self.best,
+            "scaler": self.scaler.state_dict(), **runs.random_states(self.device, self.generator)})
 
-def command_line() -> argparse.ArgumentParser:
-    """One option per TrainConfig field (--batch-size for batch_size, ...), plus the folder options and --set."""
-    parser = argparse.ArgumentParser(prog="python -m minwiola.train", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=None, help="run folder (default: runs/PRESET)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    parser.add_argument("--overwrite", action="store_true", help="replace whatever run --out holds")
-    parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="FIELD=VALUE",
-                        help="model config overrides, e.g. --set dropout=0.1 atm=off (may be repeated)")
-    defaults = TrainConfig()
-    for name, (kind, _) in field_types(TrainConfig).items():
-        if name in ("overrides", "betas"):
-            continue
-        flag = "--" + name.replace("_", "-")
-        if kind is bool:
-            parser.add_argument(flag, action="store_true")
-        elif name == "eval_tokens":
-            parser.add_argument(flag, type=tokens_or_all, default=defaults.eval_tokens, metavar="N|all",
-                                help=f"held-out tokens each evaluation scores (default: {defaults.eval_tokens:,}); "
-                                     "all: the whole split")
-        else:
-            parser.add_argument(flag, type=kind, default=getattr(defaults, name),
-                                help=f"default: {getattr(defaults, name)}")
-    return parser
+    def load_checkpoint(self) -> None:
+        """Every process loads rank 0's checkpoint (reading only), whatever number of processes saved it."""
+        weights, state = runs.load_checkpoint(self.out, self.record["model"], LanguageModel.from_pretrained)
+        self.model.load_state_dict(weights)
+        runs.restore_trainer_state(self.out, state, self.opt, self.scaler, self.device, self.generator)
+        self.step, self.elapsed, self.best = state["step"], state["elapsed"], state["best"]
+        if self.main:
+            runs.forget_after(self.out, self.step, state["samples_bytes"])
 
 
-def command_for(cfg: TrainConfig, out: str | Path | None = None) -> str:
-    """The `python -m minwiola.train` line that trains `cfg` (into `out`): every setting spelled out (a default
-    that changes later cannot change what the line trains), --set FIELD=VALUE for each model override.
-    `command_line()` reads it back to an equal TrainConfig (tests/test_train.py), so a shipped model can say exactly
-    how it was made. Left out: a flag that is off, and minutes or eval_max_windows when None (no option says None)."""
-    if cfg.betas != TrainConfig().betas:
-        raise ValueError(f"betas={cfg.betas} has no command-line option")
-    words = ["python", "-m", "minwiola.train"] + (["--out", str(out)] if out is not None else [])
-    for name in field_types(TrainConfig):
-        value, flag = getattr(cfg, name), "--" + name.replace("_", "-")
-        if name in ("overrides", "betas") or value is False or (value is None and name != "eval_tokens"):
-            continue
-        if value is True:
-            words.append(flag)                                  # a store_true option: present means true
-        else:
-            words += [flag, "all" if value is None else str(value)]      # eval_tokens None: the whole split
-    if cfg.overrides:
-        text = lambda v: "none" if v is None else ("true" if v else "false") if isinstance(v, bool) else str(v)
-        words += ["--set"] + [f"{k}={text(v)}" for k, v in cfg.overrides.items()]
-    return " ".join(shlex.quote(w) for w in words)
-
-
-def tokens_or_all(text: str) -> int | None:
-    """--eval-tokens: a number of tokens, or "all" (None: the whole held-out split)."""
-    return None if text.strip().lower() == "all" else int(text)
-
-
-TRUE, FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
-
-
-def parse_overrides(parser: argparse.ArgumentParser, items: list[str]) -> dict:
-    """["dropout=0.1", "attn_bias=off", "atm=off"] -> {"dropout": 0.1, "attn_bias": False, "atm": "off"}.
-
-    Each value is read as its field's type: a bool field takes true/false (yes/no, on/off, 1/0), never the string
-    "False" (which Python would take as true); int and float fields take numbers; "none" empties an optional one.
-    A malformed item is a usage error; a value of the wrong type is a ValueError naming the field."""
-    kinds = field_types(ModelConfig)
-    overrides = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            parser.error(f"--set takes FIELD=VALUE, got {item!r}")
-        if key not in kinds:
-            raise ValueError(f"--set {item}: no model config field {key!r}; fields are {sorted(kinds)}")
-        overrides[key] = parse_value(key, *kinds[key], text)
-    return overrides
-
-
-def parse_value(name: str, kind: type, optional: bool, text: str):
-    """`text` as a value of type `kind` (bool, int, float or str; None too if `optional`)."""
-    if optional and text.lower() in ("none", "null"):
-        return None
-    if kind is bool:
-        if text.lower() in TRUE + FALSE:
-            return text.lower() in TRUE
-        raise ValueError(f"--set {name}={text}: {name} is true or false (or yes/no, on/off, 1/0)")
-    if kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            raise ValueError(f"--set {name}={text}: {name} takes {'an integer' if kind is int else 'a number'}"
-                             f"{' or none' if optional else ''}") from None
-    return text
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m minwiola.train ...`: 0 when the run finished, 1 with one `error:` line, 130 on Ctrl-C."""
-    parser = command_line()
-    return run_command(parser, parser.parse_args(argv))
-
-
-def announce(cfg: TrainConfig, world: int) -> None:
-    """The command's first line, printed before the trainer reads (and perhaps tokenises, for minutes) the data:
-    preset, parameters, device and precision, data source."""
-    model_cfg = cfg.model_config(default_tokenizer())
-    device = pick_device(cfg.device)
-    processes = f" x {world} processes" if world > 1 else ""
-    print(f"{cfg.preset}: {budget.count_params(model_cfg):,} parameters on {device}{processes} "
-          f"({resolve_precision(cfg.precision, device)}); data: {data.describe_source()}", flush=True)
-    if data.find_data_dir() is None:
-        print(f"(not TinyStories: fetch it with `{data.DOWNLOAD_HINT}`)", flush=True)
-
-
-def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """Train as the parsed command line says (the main job, `python -m minwiola`, comes in here too). Under
-    torchrun every process runs this; rank 0 prints, and an error names the rank it happened in."""
-    values = {name: getattr(args, name) for name in field_types(TrainConfig) if name not in ("overrides", "betas")}
-    if quick_mode():                  # CI: the same code path with smaller budgets (a clock budget stays a clock)
-        values.update(steps=min(values["steps"], 20), eval_every=min(values["eval_every"], 10))
-        if values["minutes"] is not None:
-            values["minutes"] = min(values["minutes"], 0.1)
-    rank, world = 0, 1                                    # until launched_ranks() has read torchrun's variables
-
-    def fail(message: str) -> int:
-        lead, where = ("", "") if world == 1 else ("\n", f"rank {rank}: ")   # a line of its own, not after a bar
-        print(f"{lead}error: {where}{message}", file=sys.stderr, flush=True)
-        return 1
-
-    if args.out == "":
-        return fail("--out is empty (an unset variable?): name the run folder")
-    out = args.out or f"runs/{values['preset']}"
-    cfg = trainer = None
-    try:
-        rank, world, _ = launched_ranks()
-        check_seed(values["seed"], "--seed")              # TrainConfig checks it too, but names no option
-        cfg = TrainConfig(**values, overrides=parse_overrides(parser, args.set))
-        if rank == 0:
-            announce(cfg, world)
-        trainer = Trainer(cfg, out, resume=args.resume, overwrite=args.overwrite)
-        if trainer.finished():
-            if rank == 0:
-                print(f"{out} holds a finished run ({trainer.step} steps); its best weights are in {out}/best")
-            stop_distributed()
-            return 0
-        result = trainer.run()
-    except (ValueError, OSError, FloatingPointError) as e:  # settings, folders (RunFolderError), data, NaN, disk
-        full = isinstance(e, OSError) and e.errno == errno.ENOSPC
-        return fail(f"{e}" + ("; free some space, then continue with --resume" if full else ""))
-    except KeyboardInterrupt:
-        return 130
-    except Exception as e:
-        if is_out_of_memory(e):                           # in a step (the first batch is tried in Trainer())
-            micro = cfg.batch_size // world
-            return fail(out_of_memory(cfg, trainer.device if trainer else values["device"], world,
-                                      next(iter(divisors(micro)[1:]), None)))
-        if world == 1:
-            raise                                         # not the user's doing: a bug to see in full
-        if lost_contact(e):                               # the cause is another process's, which says why
-            return fail("lost contact with the other processes: one of them stopped (its own error says why)")
-        traceback.print_exc()                             # the others must stop too: say which rank, and exit
-        return fail(f"{type(e).__name__}: {first_line(e)}")
-    if rank == 0:
-        print(f"done: {trainer.step} steps, held-out {result['nats_per_token']:.4f} nats/token{bound(result)}, "
-              f"perplexity {result['perplexity']:.2f}, {result['bits_per_byte']:.4f} bits/byte; best weights in "
-              f"{out}/best")
-    stop_distributed()
-    return 0
-
-
-if __name__ == "__main__":
+if __name__ == "__main__":          # `python -m minwiola.train ...`: the command line is tooling (tools/train_cli.py)
+    from .tools.train_cli import main
     raise SystemExit(main())

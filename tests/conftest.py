@@ -16,7 +16,7 @@ def float64():
 @pytest.fixture
 def small_data(tmp_path, monkeypatch):
     """A private data folder with a few hundred generated stories, and a private token cache."""
-    from story_files import write_small_stories
+    from helpers import write_small_stories
     folder = write_small_stories(tmp_path / "stories")
     monkeypatch.setenv("MINWIOLA_DATA", str(folder))
     monkeypatch.setenv("MINWIOLA_CACHE", str(tmp_path / "cache"))

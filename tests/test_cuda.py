@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
-from minwiola import train
+from minwiola.tools import train_cli
 from minwiola.generate import generate, load_model
 from minwiola.train import Trainer, read_metrics
 
-from test_train import killed_and_resumed, oom_above, tiny
+from helpers import killed_and_resumed, oom_above, tiny
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -51,7 +51,7 @@ def test_out_of_memory_on_cuda_names_a_batch_that_fits(small_data, tmp_path, cap
     args = ["--out", str(tmp_path / "run"), "--device", "cuda", "--steps", "2", "--batch-size", "8", "--block-size",
             "16", "--sample-tokens", "4", "--set", "d=32", "n_layers=2", "n_heads=2", "n_kv_heads=1", "d_ff_a=16",
             "d_ff=48"]
-    assert train.main(args) == 1                         # found in Trainer(): the folder is not made
+    assert train_cli.main(args) == 1                     # found in Trainer(): the folder is not made
     assert capsys.readouterr().err.strip().splitlines()[-1] == ("error: out of memory on cuda at --batch-size 8 x "
                                                                 "--block-size 16: try --batch-size 2 --grad-accum 4 "
                                                                 "(the same tokens per step)")

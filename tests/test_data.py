@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from minwiola import corpus, data
+from minwiola.tools import data_cli, token_cache
 from minwiola.tokenizer import default_tokenizer
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinystories"
@@ -185,7 +186,7 @@ def test_get_batch_is_reproducible_and_shifted():
 def test_info_with_a_bad_minwiola_data_is_one_error_line(env, monkeypatch, capsys, folder):
     (env / "empty").mkdir()
     monkeypatch.setenv("MINWIOLA_DATA", str(env / folder))
-    assert data.main(["info"]) == 1
+    assert data_cli.main(["info"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: MINWIOLA_DATA={env / folder} "), err
 
@@ -195,7 +196,7 @@ def test_one_split_of_the_sample_is_not_called_the_sample(env, monkeypatch, caps
     write_split(folder, "valid.txt.gz", ["a story"], gz=True)          # the sample's valid file name, alone
     monkeypatch.setenv("MINWIOLA_DATA", str(folder))
     assert data.describe_source() == "TinyStories, valid split only (valid.txt.gz; no train file)"
-    assert data.main(["info"]) == 0
+    assert data_cli.main(["info"]) == 0
     out = capsys.readouterr().out
     assert "train: missing (looked for" in out and "download --split train --dest" in out
     assert "valid: valid.txt.gz" in out
@@ -237,11 +238,11 @@ def test_an_interrupted_pass_resumes_where_it_stopped(many, env, monkeypatch):
     tok, encoded = default_tokenizer(), []
     real = data._encode_block
 
-    def dies_after_30(name, block, tokenizer):
+    def dies_after_30(tokenizer, name, block):
         if len(encoded) == 30:
             raise KeyboardInterrupt                                  # as if killed in the middle of the pass
         encoded.append(block)
-        return real(name, block, tokenizer)
+        return real(tokenizer, name, block)
     monkeypatch.setattr(data, "_encode_block", dies_after_30)
     with pytest.raises(KeyboardInterrupt):
         data.tokens("train", tok, workers=1)
@@ -252,9 +253,9 @@ def test_an_interrupted_pass_resumes_where_it_stopped(many, env, monkeypatch):
         f.write(b"\x07" * (1 << 20))                                 # bytes written after the last record: dropped
     monkeypatch.setattr(data, "_encode_block", real)
     again = []
-    monkeypatch.setattr(data, "_encode_block", lambda n, b, t: again.append(b) or real(n, b, t))
+    monkeypatch.setattr(data, "_encode_block", lambda t, n, b: again.append(b) or real(t, n, b))
     ids = data.tokens("train", tok, workers=1)
-    assert ids.tolist() == story_by_story(many, tok) and path.stat().st_size == data.NPY_HEADER + 2 * len(ids)
+    assert ids.tolist() == story_by_story(many, tok) and path.stat().st_size == token_cache.NPY_HEADER + 2 * len(ids)
     assert len(again) == sum(1 for _ in data._text_blocks([env / "d" / "train.txt"])) - 30   # the rest only
     assert not path.with_name(path.name + ".progress").exists()
 
@@ -319,7 +320,8 @@ def test_a_killed_tokenize_command_resumes(env, tmp_path):
     write_split(env / "d", "train.txt", stories)
     env_vars = {**os.environ, "MINWIOLA_DATA": str(env / "d"), "MINWIOLA_CACHE": str(env / "cache")}
     slow = ("import sys, time, minwiola.data as d; d.CHUNK_BYTES = 8192; real = d._encode_block; "
-            "d._encode_block = lambda *a: (time.sleep(0.05), real(*a))[1]; sys.exit(d.main(sys.argv[1:]))")
+            "d._encode_block = lambda *a: (time.sleep(0.05), real(*a))[1]; from minwiola.tools import data_cli; "
+            "sys.exit(data_cli.main(sys.argv[1:]))")
     cmd = [sys.executable, "-c", slow, "tokenize", "--split", "train", "--workers", "1"]
     proc = subprocess.Popen(cmd, env=env_vars, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tok = default_tokenizer()
@@ -379,8 +381,9 @@ def test_a_killed_tokenize_leaves_no_worker_behind(env):
     import time
     write_split(env / "d", "train.txt", corpus.builtin_stories("train", 3000))
     env_vars = {**os.environ, "MINWIOLA_DATA": str(env / "d"), "MINWIOLA_CACHE": str(env / "cache")}
-    slow = ("import sys, time, minwiola.data as d; d.CHUNK_BYTES = 8192; real = d._encode_block; "
-            "d._encode_block = lambda *a: (time.sleep(0.2), real(*a))[1]; sys.exit(d.main(sys.argv[1:]))")
+    # small blocks make a long pass (the encoder travels to the workers pickled, so a slowed copy cannot go along)
+    slow = ("import sys, minwiola.data as d; d.CHUNK_BYTES = 8192; from minwiola.tools import data_cli; "
+            "sys.exit(data_cli.main(sys.argv[1:]))")
     proc = subprocess.Popen([sys.executable, "-c", slow, "tokenize", "--split", "train", "--workers", "2"],
                             env=env_vars, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60

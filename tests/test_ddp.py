@@ -15,12 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from minwiola import runs, train
+from minwiola.tools import runs, train_cli
 from minwiola.model import LanguageModel
 from minwiola.train import Trainer
 
-from story_files import write_small_stories
-from test_train import tiny
+from helpers import tiny, write_small_stories
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_ARGS = ["--steps", "12", "--eval-every", "6", "--batch-size", "4", "--block-size", "32", "--lr", "0.003",
@@ -40,7 +39,8 @@ TOLERANCE = 1e-6
 LAUNCHED = '''
 import json, os, signal, sys, time
 import torch
-from minwiola import runs, train
+from minwiola import train
+from minwiola.tools import runs, train_cli
 
 rank = int(os.environ["RANK"])
 
@@ -86,7 +86,7 @@ def instrument():
 
 if __name__ == "__main__":
     instrument()
-    raise SystemExit(train.main(sys.argv[1:]))
+    raise SystemExit(train_cli.main(sys.argv[1:]))
 '''
 
 
@@ -177,7 +177,7 @@ def test_a_rank_killed_mid_checkpoint_leaves_the_last_one_and_the_run_resumes(st
     status, err, seconds = launch(stories, out, KILL="0:12")
     assert status != 0 and (out / "checkpoint.tmp").is_dir(), err            # it died in the middle of writing
     model_record = json.loads((out / "config.json").read_text())["model"]
-    saved, state = runs.load_checkpoint(out, model_record)
+    saved, state = runs.load_checkpoint(out, model_record, LanguageModel.from_pretrained)
     assert state["step"] == 6
     resumed = Trainer(tiny(), out, resume=True, progress=False, quiet=True)
     assert resumed.step == 6
@@ -222,7 +222,7 @@ def test_what_several_processes_cannot_do_is_one_error_line_per_rank(stories, tm
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert train.main(["--out", str(tmp_path / "run"), *TINY_ARGS, *mistake]) == 1
+    assert train_cli.main(["--out", str(tmp_path / "run"), *TINY_ARGS, *mistake]) == 1
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: rank 1: {message}") and captured.out == ""   # nothing else

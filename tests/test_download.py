@@ -17,7 +17,8 @@ from types import SimpleNamespace
 import pytest
 
 from minwiola import corpus, data
-from minwiola import download as downloader
+from minwiola.tools import data_cli
+from minwiola.tools import download as downloader
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinystories"
 VALID = "TinyStories-valid.txt"
@@ -126,8 +127,8 @@ def server(tmp_path, monkeypatch):
         content = "".join(s + "\n<|endoftext|>\n" for s in corpus.builtin_stories("valid")).encode()
     (www / VALID).write_bytes(content)
     monkeypatch.setattr(downloader, "OFFICIAL_PINS",
-                        {VALID: data.Pin(len(content), hashlib.sha256(content).hexdigest()),
-                         "TinyStories-train.txt": data.Pin(None, None)})
+                        {VALID: downloader.Pin(len(content), hashlib.sha256(content).hexdigest()),
+                         "TinyStories-train.txt": downloader.Pin(None, None)})
     RangeHandler.log = []
     for name, value in MISBEHAVIOURS.items():
         setattr(RangeHandler, name, value)
@@ -149,7 +150,7 @@ def error_line(capsys) -> str:
 
 def cli(url, dest, *extra) -> int:
     """`python -m minwiola.data download --split valid ...` in this process; its exit code."""
-    return data.main(["download", "--split", "valid", "--dest", str(dest), "--base-url", url, "--quiet", *extra])
+    return data_cli.main(["download", "--split", "valid", "--dest", str(dest), "--base-url", url, "--quiet", *extra])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -159,12 +160,12 @@ def cli(url, dest, *extra) -> int:
 def test_download_verifies_and_records_checksum(server, tmp_path, monkeypatch):
     url, content = server
     dest = tmp_path / "dl"
-    path = data.download("valid", dest, base_url=url, sha256=hashlib.sha256(content).hexdigest(), progress=False)
+    path = downloader.download("valid", dest, base_url=url, sha256=hashlib.sha256(content).hexdigest(), progress=False)
     assert path.read_bytes() == content
     assert (dest / "TinyStories-valid.txt.sha256").read_text().split()[0] == hashlib.sha256(content).hexdigest()
     monkeypatch.setenv("MINWIOLA_DATA", str(dest))
     assert data.load_stories("valid") == data.split_stories(content.decode())
-    data.download("valid", dest, base_url=url, progress=False)    # already there: verified, not fetched
+    downloader.download("valid", dest, base_url=url, progress=False)    # already there: verified, not fetched
     assert len(RangeHandler.log) == 1
 
 
@@ -173,10 +174,10 @@ def test_download_resumes_with_a_range_request(server, tmp_path):
     dest = tmp_path / "dl"
     RangeHandler.cut_after = 100_000                                   # the first try breaks off
     with pytest.raises(data.DataFileError, match="connection closed early"):
-        data.download("valid", dest, base_url=url, progress=False)
+        downloader.download("valid", dest, base_url=url, progress=False)
     assert (dest / "TinyStories-valid.txt.part").stat().st_size == 100_000
     RangeHandler.cut_after = None
-    data.download("valid", dest, base_url=url, sha256=hashlib.sha256(content).hexdigest(), progress=False)
+    downloader.download("valid", dest, base_url=url, sha256=hashlib.sha256(content).hexdigest(), progress=False)
     assert RangeHandler.log[-1] == ("/TinyStories-valid.txt", "bytes=100000-")
     assert (dest / "TinyStories-valid.txt").read_bytes() == content
     assert not (dest / "TinyStories-valid.txt.part").exists()
@@ -189,7 +190,7 @@ def test_progress_is_saved_to_disk_every_few_mib(server, tmp_path, monkeypatch):
     monkeypatch.setattr(downloader, "BLOCK", 16_384)
     saved = []                                                         # the file's size at each fsync
     monkeypatch.setattr(downloader.os, "fsync", lambda fd: saved.append(os.fstat(fd).st_size))
-    data.download("valid", tmp_path / "dl", base_url=url, progress=False)
+    downloader.download("valid", tmp_path / "dl", base_url=url, progress=False)
     gaps = [b - a for a, b in zip([0] + saved, saved)]
     assert saved[-1] == len(content) and max(gaps) <= 100_000 + 16_384, saved
 
@@ -197,16 +198,16 @@ def test_progress_is_saved_to_disk_every_few_mib(server, tmp_path, monkeypatch):
 def test_download_errors_are_clear(server, tmp_path):
     url, _ = server
     with pytest.raises(data.DataFileError, match="HTTP 404"):
-        data.download("train", tmp_path / "dl", base_url=url, progress=False)
+        downloader.download("train", tmp_path / "dl", base_url=url, progress=False)
     with pytest.raises(data.DataFileError, match="could not reach"):
-        data.download("valid", tmp_path / "dl", base_url="http://127.0.0.1:9", progress=False)
+        downloader.download("valid", tmp_path / "dl", base_url="http://127.0.0.1:9", progress=False)
 
 
 def test_download_cli(server, tmp_path, capsys):
     url, content = server
     assert cli(url, tmp_path / "c") == 0
     assert (tmp_path / "c" / VALID).read_bytes() == content
-    assert data.main(["download", "--split", "train", "--dest", str(tmp_path / "c"), "--base-url", url,
+    assert data_cli.main(["download", "--split", "train", "--dest", str(tmp_path / "c"), "--base-url", url,
                       "--quiet"]) == 1
     assert "HTTP 404" in error_line(capsys)
 
@@ -218,12 +219,12 @@ def test_download_cli(server, tmp_path, capsys):
 @pytest.mark.parametrize("content_type", ["text/html; charset=utf-8", "text/plain"])
 def test_a_web_page_is_refused(server, tmp_path, monkeypatch, content_type):
     url, _ = server
-    monkeypatch.setitem(downloader.OFFICIAL_PINS, VALID, data.Pin(None, None))  # caught even with nothing pinned
+    monkeypatch.setitem(downloader.OFFICIAL_PINS, VALID, downloader.Pin(None, None))  # caught even with nothing pinned
     RangeHandler.body = b"<!DOCTYPE html>\n<html><body>Please log in</body></html>\n"
     RangeHandler.content_type = content_type                           # refused by its type, or by its first bytes
     dest = tmp_path / "dl"
     with pytest.raises(data.DataFileError, match="not the"):
-        data.download("valid", dest, base_url=url, progress=False)
+        downloader.download("valid", dest, base_url=url, progress=False)
     assert not (dest / VALID).exists() and not (dest / (VALID + ".part")).exists()
 
 
@@ -232,11 +233,11 @@ def test_a_body_cut_short_without_content_length_is_kept_for_a_resume(server, tm
     RangeHandler.send_length, RangeHandler.cut_after = False, 100_000  # hangs up early, nothing announced
     dest = tmp_path / "dl"
     with pytest.raises(data.DataFileError, match=f"closed early \\(100,000 of {len(content):,} bytes\\)"):
-        data.download("valid", dest, base_url=url, progress=False)
+        downloader.download("valid", dest, base_url=url, progress=False)
     assert not (dest / VALID).exists()
     assert (dest / (VALID + ".part")).read_bytes() == content[:100_000]
     RangeHandler.cut_after = None
-    data.download("valid", dest, base_url=url, progress=False)
+    downloader.download("valid", dest, base_url=url, progress=False)
     assert RangeHandler.log[-1][1] == "bytes=100000-"
     assert (dest / VALID).read_bytes() == content
 
@@ -245,7 +246,7 @@ def test_download_with_wrong_checksum_is_deleted(server, tmp_path):
     url, _ = server
     dest = tmp_path / "dl"
     with pytest.raises(data.DataFileError, match="expected 0000000000000000"):
-        data.download("valid", dest, base_url=url, sha256="0" * 64, progress=False)
+        downloader.download("valid", dest, base_url=url, sha256="0" * 64, progress=False)
     assert not any(dest.iterdir())
 
 
@@ -253,17 +254,17 @@ def test_a_file_that_is_not_the_pinned_one_is_refused(server, tmp_path, monkeypa
     url, content = server
     dest = tmp_path / "dl"
     sha = hashlib.sha256(content).hexdigest()
-    monkeypatch.setitem(downloader.OFFICIAL_PINS, VALID, data.Pin(len(content) + 1, sha))    # another size
+    monkeypatch.setitem(downloader.OFFICIAL_PINS, VALID, downloader.Pin(len(content) + 1, sha))    # another size
     with pytest.raises(data.DataFileError, match="official one has"):
-        data.download("valid", dest, base_url=url, progress=False)
-    monkeypatch.setitem(downloader.OFFICIAL_PINS, VALID, data.Pin(len(content), "1" * 64))    # another checksum
+        downloader.download("valid", dest, base_url=url, progress=False)
+    monkeypatch.setitem(downloader.OFFICIAL_PINS, VALID, downloader.Pin(len(content), "1" * 64))    # another checksum
     with pytest.raises(data.DataFileError, match="expected 1111111111111111"):
-        data.download("valid", dest, base_url=url, progress=False)
+        downloader.download("valid", dest, base_url=url, progress=False)
     assert not any(dest.iterdir())
     (dest / VALID).write_bytes(content[:-1] + b"!")                    # a bad file from an older downloader
-    monkeypatch.setitem(downloader.OFFICIAL_PINS, VALID, data.Pin(len(content), sha))
+    monkeypatch.setitem(downloader.OFFICIAL_PINS, VALID, downloader.Pin(len(content), sha))
     with pytest.raises(data.DataFileError, match="already present but is not the expected file"):
-        data.download("valid", dest, base_url=url, progress=False)
+        downloader.download("valid", dest, base_url=url, progress=False)
 
 
 def test_a_206_for_other_bytes_is_refused(server, tmp_path):
@@ -274,7 +275,7 @@ def test_a_206_for_other_bytes_is_refused(server, tmp_path):
     RangeHandler.range_shift = 100                                     # replies with bytes 5,100 onwards
     with pytest.raises(data.DataFileError, match="asked to resume at byte 5,000 but the server sent data from "
                                                  "byte 5,100"):
-        data.download("valid", dest, base_url=url, progress=False)
+        downloader.download("valid", dest, base_url=url, progress=False)
     assert (dest / (VALID + ".part")).read_bytes() == content[:5000]  # kept as it was
     assert not (dest / VALID).exists()
 
@@ -283,7 +284,7 @@ def test_disk_too_small_is_refused_before_downloading(server, tmp_path, monkeypa
     url, _ = server
     monkeypatch.setattr(downloader.shutil, "disk_usage", lambda path: SimpleNamespace(total=10**12, used=10**12, free=1000))
     with pytest.raises(data.DataFileError, match="GB free; free some space or choose another --dest"):
-        data.download("valid", tmp_path / "dl", base_url=url, progress=False)
+        downloader.download("valid", tmp_path / "dl", base_url=url, progress=False)
     assert RangeHandler.log == []
 
 
@@ -297,7 +298,7 @@ def test_resume_from_a_server_without_range_support_starts_over(server, tmp_path
     dest.mkdir()
     (dest / "TinyStories-valid.txt.part").write_bytes(content[:5000])
     RangeHandler.ignore_range = True                                   # replies 200 with the whole file
-    data.download("valid", dest, base_url=url, sha256=hashlib.sha256(content).hexdigest(), progress=False)
+    downloader.download("valid", dest, base_url=url, sha256=hashlib.sha256(content).hexdigest(), progress=False)
     assert RangeHandler.log[-1][1] == "bytes=5000-"
     assert (dest / "TinyStories-valid.txt").read_bytes() == content   # not the partial + the whole file
     assert "does not resume downloads; downloading again from the start" in capsys.readouterr().out
@@ -307,12 +308,12 @@ def test_resume_from_a_server_without_range_support_starts_over(server, tmp_path
 def test_a_part_longer_than_the_file_is_discarded(server, tmp_path, monkeypatch, capsys, pinned):
     url, content = server
     if not pinned:                                   # then only the server's 416 tells that the .part is too long
-        monkeypatch.setitem(downloader.OFFICIAL_PINS, VALID, data.Pin(None, None))
+        monkeypatch.setitem(downloader.OFFICIAL_PINS, VALID, downloader.Pin(None, None))
     dest = tmp_path / "dl"
     dest.mkdir()
     stale = content + b"Once upon a time, a stale story.\n"
     (dest / (VALID + ".part")).write_bytes(stale)
-    data.download("valid", dest, base_url=url, progress=False)
+    downloader.download("valid", dest, base_url=url, progress=False)
     assert (dest / VALID).read_bytes() == content
     assert "; deleted TinyStories-valid.txt.part, downloading again from the start" in capsys.readouterr().out
     assert RangeHandler.log[-1][1] is None                             # the last request was from byte 0
@@ -326,7 +327,7 @@ def test_a_part_that_is_not_the_start_of_the_file_is_replaced(server, tmp_path, 
     dest = tmp_path / "dl"
     dest.mkdir()
     (dest / (VALID + ".part")).write_bytes(stale)  # a web page is seen at once; text only by the final checksum
-    data.download("valid", dest, base_url=url, progress=False)
+    downloader.download("valid", dest, base_url=url, progress=False)
     assert (dest / VALID).read_bytes() == content
     assert "; deleted TinyStories-valid.txt.part, downloading again from the start" in capsys.readouterr().out
 
@@ -341,12 +342,12 @@ def test_a_trickling_server_hits_the_deadline_and_the_part_is_resumed(server, tm
     RangeHandler.trickle = 0.02                                        # about 50 kB/s: the sample takes 16 s
     started = time.monotonic()
     with pytest.raises(data.DataFileError, match="not finished within the deadline of 0.5 s; what arrived is kept"):
-        data.download("valid", dest, base_url=url, progress=False, deadline=0.5)
+        downloader.download("valid", dest, base_url=url, progress=False, deadline=0.5)
     assert time.monotonic() - started < 3
     have = (dest / (VALID + ".part")).stat().st_size
     assert 0 < have < len(content)
     RangeHandler.trickle = 0.0
-    data.download("valid", dest, base_url=url, progress=False)
+    downloader.download("valid", dest, base_url=url, progress=False)
     assert RangeHandler.log[-1][1] == f"bytes={have}-"
     assert (dest / VALID).read_bytes() == content
 
@@ -422,7 +423,7 @@ def test_the_downloader_fills_the_folder_data_reads_and_never_imports_data():
     """Imports run one way (data reads what the downloader fetched), and both name the same repository folder."""
     import ast
     assert downloader.DEST == data.REPO_DATA / "tinystories"
-    assert data.download is downloader.download and data.DataFileError is downloader.DataFileError
+    assert data_cli.download is downloader.download and data.DataFileError is downloader.DataFileError
     tree = ast.parse(Path(downloader.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not {"data", "minwiola.data"} & imported

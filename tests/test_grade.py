@@ -1,10 +1,9 @@
-"""The grader (minwiola/grade.py): each result it can give, the flags, bad input, and one real lesson.
+"""The grader (minwiola/classroom/grade.py): each result it can give, the flags, bad input, and one real lesson.
 
 Most tests grade submissions of a tiny lesson written here (three exercises whose checks take microseconds), so a
 kernel start is most of their cost; one grades lesson 04 with its solutions pasted in."""
 import csv
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -12,97 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from minwiola import grade
+from minwiola.classroom import grade
+from helpers import CHECKS_1, CHECKS_2, SOLVED_1, SOLVED_2, STUBS_2, _cell, _lesson, _results, _submit, tiny_course
 
 ROOT = Path(__file__).resolve().parents[1]
 
-STUBS_1 = "def double(x):\n    return None  # your code here\n\n\ndef square(x):\n    return None  # your code here\n"
-CHECKS_1 = "from exercises.lesson01 import check_1, check_2, check_3\n\ncheck_1(double)\ncheck_2(square)\n"
-STUBS_2 = "def halve(x):\n    return None  # your code here\n"
-CHECKS_2 = "check_3(halve)\n"
-SOLVED_1 = "def double(x):\n    return 2 * x\n\n\ndef square(x):\n    return x * x\n"
-SOLVED_2 = "def halve(x):\n    return x / 2\n"
 
-CHECK_FILE = '''
-from exercises import attempted
-
-
-def check_1(double):
-    """double(x) = 2 x."""
-    if not attempted(double(1), 1):
-        return
-    for x in (0, 3, -2):
-        assert double(x) == 2 * x, f"double({x}) returned {double(x)!r}, expected {2 * x}"
-    print("Exercise 1: correct")
-
-
-def check_2(square):
-    """square(x) = x times x."""
-    if not attempted(square(1), 2):
-        return
-    for x in (0, 3, -2):
-        assert square(x) == x * x, f"square({x}) returned {square(x)!r}, expected {x * x}"
-    print("Exercise 2: correct")
-
-
-def check_3(halve):
-    """halve(x) = x / 2."""
-    if not attempted(halve(1), 3):
-        return
-    assert halve(5) == 2.5, f"halve(5) returned {halve(5)!r}, expected 2.5"
-    print("Exercise 3: correct")
-
-
-EXERCISES = {1: "double", 2: "square", 3: "halve"}
-'''
-
-
-def _cell(kind, text, outputs=()):
-    cell = {"cell_type": kind, "metadata": {}, "source": text}
-    if kind == "code":
-        cell.update(outputs=list(outputs), execution_count=None)
-    return cell
-
-
-def _notebook(cells):
-    return {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                       "language": "python"}}, "nbformat": 4, "nbformat_minor": 4}
-
-
-def _lesson(stubs_1=STUBS_1, checks_1=CHECKS_1, stubs_2=STUBS_2, checks_2=CHECKS_2, before=""):
-    return _notebook([_cell("markdown", "# 01: a tiny lesson\n\nWhat is twice a number?"),
-                      _cell("code", "x = 2\nassert 2 * x == 4\n" + before),
-                      _cell("markdown", "## Exercises\n\nSolutions: `exercises/solutions/lesson01.py`."),
-                      _cell("code", stubs_1), _cell("code", checks_1), _cell("code", stubs_2),
-                      _cell("code", checks_2)])
 
 
 @pytest.fixture(scope="module")
 def lessons(tmp_path_factory):
     return tiny_course(tmp_path_factory.mktemp("course"))
-
-
-def tiny_course(folder: Path) -> Path:
-    """A lessons folder with one tiny lesson, its checks (the real exercises/__init__.py) and its solutions."""
-    root = folder / "lessons"
-    (root / "exercises" / "solutions").mkdir(parents=True)
-    shutil.copy(ROOT / "lessons" / "exercises" / "__init__.py", root / "exercises")
-    (root / "exercises" / "lesson01.py").write_text(CHECK_FILE)
-    (root / "exercises" / "solutions" / "lesson01.py").write_text(SOLVED_1 + "\n\n" + SOLVED_2)
-    (root / "01_tiny.ipynb").write_text(json.dumps(_lesson()))
-    return root
-
-
-def _submit(folder: Path, name: str, nb: dict) -> Path:
-    path = folder / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(nb))
-    return path
-
-
-def _results(report):
-    assert all(x["result"] in grade.RESULTS for x in report["results"])       # the five results, nothing else
-    return {x["function"]: (x["result"], x["message"]) for x in report["results"]}
 
 
 def test_all_solutions_score_full_and_a_blank_scores_zero(lessons, tmp_path):
@@ -217,8 +136,8 @@ def test_the_library_imports_without_nbclient_and_the_grader_says_what_is_missin
     code = textwrap.dedent(f"""
         import sys
         sys.modules["nbclient"] = None                           # as if the dev extra were not installed
-        import minwiola.model, minwiola.grade
-        from minwiola.grade import ClassroomError, grade
+        import minwiola.model, minwiola.classroom.grade
+        from minwiola.classroom.grade import ClassroomError, grade
         try:
             grade({str(path)!r}, {str(lessons)!r})
         except ClassroomError as e:

@@ -4,7 +4,7 @@ The notebooks here attack the grader as a student could: rewrite the real checks
 instructor's files, leave a process running, forge the verdict line through an IPython input transformer, print
 a memory bomb. Each test says which defence holds it: the checks read as text before the notebook runs, the
 signed verdict line, the static flags, the output cap, the killed descendants, and (where this machine has it)
-minwiola.sandbox. The rest are bad inputs, each refused in one line before anything runs."""
+minwiola.classroom.sandbox. The rest are bad inputs, each refused in one line before anything runs."""
 import csv
 import json
 import os
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from minwiola import grade, sandbox
-from test_grade import CHECK_FILE, ROOT, SOLVED_1, _cell, _lesson, _results, _submit, tiny_course
+from minwiola.classroom import grade, sandbox
+from helpers import CHECK_FILE, ROOT, SOLVED_1, _cell, _lesson, _results, _submit, tiny_course
 
 WALLED = grade.isolation() == "sandbox"
 MODES = [None] + (["sandbox"] if WALLED else [])
@@ -66,7 +66,7 @@ def test_reading_the_solutions_is_flagged_and_in_the_sandbox_finds_nothing(lesso
     assert got["double"][0] == ("correct" if walls is None else "not attempted")   # hidden in the sandbox
 
 
-@pytest.mark.skipif(not WALLED, reason="no sandbox on this machine (minwiola.sandbox --check)")
+@pytest.mark.skipif(not WALLED, reason="no sandbox on this machine (minwiola.classroom.sandbox --check)")
 def test_in_the_sandbox_a_notebook_cannot_delete_or_write_the_instructors_files(lessons, tmp_path):
     thesis = tmp_path / "thesis.tex"
     thesis.write_text("years of work")
@@ -230,19 +230,19 @@ def test_the_sandbox_says_whether_it_works_in_one_line_and_works_where_linux_all
         assert WALLED, said
 
 
-@pytest.mark.skipif(not WALLED, reason="no sandbox on this machine (minwiola.sandbox --check)")
+@pytest.mark.skipif(not WALLED, reason="no sandbox on this machine (minwiola.classroom.sandbox --check)")
 def test_a_killed_grader_leaves_no_sandboxed_kernel_behind(lessons, tmp_path):
     """The kernel in the sandbox cannot see the grader (ipykernel's own parent watch sees only the launcher): the
     launcher ends it when the grader dies, even by kill -9."""
     mark = f"minwiola-orphan-{os.getpid()}"
     nb = _attack(f"import time\nMARK = {mark!r}\ntime.sleep(120)\n", SOLVED_1)
     path = _submit(tmp_path, "slow_01_tiny.ipynb", nb)
-    code = (f"from minwiola import grade; grade.grade({str(path)!r}, {str(lessons)!r}, timeout=300, "
+    code = (f"from minwiola.classroom import grade; grade.grade({str(path)!r}, {str(lessons)!r}, timeout=300, "
             "walls='sandbox')")
     grader = subprocess.Popen([sys.executable, "-c", code])
     deadline, launchers = time.monotonic() + 60, []
     while time.monotonic() < deadline and not launchers:        # this grader's own launcher (others may run)
-        launchers = [p for p in _running("minwiola.sandbox") if _parent(p) == grader.pid]
+        launchers = [p for p in _running("minwiola.classroom.sandbox") if _parent(p) == grader.pid]
         time.sleep(0.2)
     assert launchers, "the grader never started its kernel"
     time.sleep(3)                                        # the kernel is in the notebook's sleep by now

@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from minwiola import hf  # noqa: E402
+from minwiola.tools import hf  # noqa: E402
 from minwiola.data import load_stories  # noqa: E402
 from minwiola.generate import STORY_MODEL, generate_ids, load_model  # noqa: E402
 from minwiola.model import LanguageModel, preset  # noqa: E402
@@ -60,9 +60,17 @@ def tiny_model(name, seed=0, **overrides):
 
 # --- the core does not need it -----------------------------------------------------------------------------
 
+def test_the_old_import_path_is_the_bridge():
+    """`import minwiola.hf` (lesson 10, learners' code) and `python -m minwiola.hf` still reach the bridge, which
+    lives in minwiola/tools/hf.py."""
+    import minwiola.hf
+    assert minwiola.hf.WiolaForCausalLM is hf.WiolaForCausalLM and minwiola.hf.main is hf.main
+
+
 def test_core_library_never_imports_transformers():
     code = ("import sys, minwiola, minwiola.model, minwiola.train, minwiola.generate, minwiola.tokenizer, "
-            "minwiola.data, minwiola.budget, minwiola.diffusion, minwiola.encdec, minwiola.grade, minwiola.runs; "
+            "minwiola.data, minwiola.budget, minwiola.diffusion, minwiola.encdec, minwiola.grade, minwiola.tools.runs, "
+            "minwiola.tools.train_cli, minwiola.tools.data_cli, minwiola.tools.launch; "
             "print('transformers' in sys.modules, 'tokenizers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
@@ -446,7 +454,8 @@ def test_a_malformed_folder_is_one_error_line_naming_the_file(story_hf, tmp_path
 def test_from_hf_refuses_a_model_too_big_for_memory_before_building_it(story_hf, tmp_path, capsys, monkeypatch):
     """A forged config.json (d=4096, n_layers=1000) would take the machine's memory layer by layer. Here the machine
     is made small instead, so that a missing check builds only the story model."""
-    from minwiola import budget, runs
+    from minwiola import budget
+    from minwiola.tools import runs
     count = budget.count_params(hf.WiolaConfig.from_pretrained(story_hf).model_config())
     monkeypatch.setattr(runs, "available_memory", lambda: 4 * count - 1, raising=False)   # float32: 4 bytes each
     err = from_hf_error(story_hf, capsys)

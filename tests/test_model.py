@@ -9,6 +9,7 @@ from minwiola import data
 from minwiola.generate import generate, generate_ids, sample_next, top_p_filter
 from minwiola.model import PRESETS, LanguageModel, ModelConfig, evaluating, initial_loss, preset
 from minwiola.tokenizer import default_tokenizer
+from helpers import big_model, fit, ids
 
 def small(name: str) -> bool:
     """Presets a test can build in float64 in a blink (the paper-sized ones are counted on the meta device)."""
@@ -18,30 +19,6 @@ def small(name: str) -> bool:
 
 ALL = [name for name in sorted(PRESETS) if small(name)]
 CAUSAL = [name for name in ALL if preset(name).causal]     # the decoders (a diffusion denoiser sees the future)
-
-
-def big_model(name: str, **overrides) -> LanguageModel:
-    """A float64 model with weights large enough (std 0.3) that any leak of the future would show."""
-    torch.manual_seed(0)
-    return LanguageModel(preset(name, init_std=0.3, **overrides)).double().eval()
-
-
-def ids(model, B=2, T=24, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, model.config.vocab_size, (B, T), generator=g)
-
-
-def fit(model, x, params=None, steps=20, lr=1e-2) -> list[float]:
-    """The losses of `steps` AdamW steps (on `params`, default all) fitting next tokens of one batch x (B, T + 1)."""
-    opt = torch.optim.AdamW(model.parameters() if params is None else params, lr=lr)
-    losses = []
-    for _ in range(steps):
-        loss = model.loss(x[:, :-1], x[:, 1:])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
 
 
 def test_yocto_has_its_published_parameter_count():

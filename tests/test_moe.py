@@ -13,7 +13,7 @@ from minwiola.budget import (active_params, count_params, ffn_flops, forward_flo
 from minwiola.ffn import SwiGLU
 from minwiola.model import LanguageModel, ModelConfig, preset
 from minwiola.moe import MoE, balancing_loss, capacity
-from test_model import big_model, ids
+from helpers import big_model, ids
 
 
 def moe(E=4, k=2, d=6, hidden=10, capacity_factor=None, seed=0) -> MoE:

@@ -104,6 +104,9 @@ def test_layout_names_every_library_file():
     named = set(re.findall(r"^  (\S+\.py) ", layout, flags=re.M))             # the indented minwiola/ rows
     library = {f.name for f in (ROOT / "minwiola").glob("*.py")}                  # __init__.py holds code too
     assert named == library, f"docs/layout.md is wrong about {sorted(named ^ library)} (missing or gone)"
+    rooms = set(re.findall(r"^    (\S+\.py) ", layout, flags=re.M))              # the rows of tools/ and classroom/
+    files = {f.name for room in ("tools", "classroom") for f in (ROOT / "minwiola" / room).glob("*.py")}
+    assert rooms | {"__init__.py"} == files, f"docs/layout.md is wrong about {sorted(rooms ^ files)} in the rooms"
     top = re.findall(r"^(\S+) ", layout, flags=re.M)                          # the repository's own rows
     assert len(top) >= 10 and all((ROOT / path).exists() for path in top if path not in ("data/", "runs/")), top
     assert "common.py" in layout and (ROOT / "benchmarks" / "common.py").is_file()
@@ -278,8 +281,8 @@ def test_models_doc_preset_parameter_counts():
 
 
 def test_tokenizer_job_trains_and_saves_but_never_over_a_file_of_yours(tmp_path, capsys):
-    from minwiola.data import main
     from minwiola.tokenizer import Tokenizer
+    from minwiola.tools.data_cli import main
     out = tmp_path / "tok.bpe"
     assert main(["tokenizer", "--vocab-size", "300", "--out", str(out)]) == 0
     printed = capsys.readouterr().out

@@ -15,7 +15,7 @@ def recipes():
 
 
 def test_each_recipe_is_the_command_it_prints(recipes):
-    from minwiola.train import command_line, parse_overrides
+    from minwiola.tools.train_cli import command_line, parse_overrides
     for name, recipe in recipes.RECIPES.items():
         words = recipes.command(name).split()
         assert words[:3] == ["python", "-m", "minwiola.train"] and words[-2:] == ["--out", f"runs/{name}"]
@@ -32,7 +32,7 @@ def test_the_cpu_recipe_is_the_story_models_configuration(recipes):
     import shlex
 
     from minwiola.generate import STORY_MODEL
-    from minwiola.train import command_line, parse_overrides
+    from minwiola.tools.train_cli import command_line, parse_overrides
     made = json.loads((STORY_MODEL / "made.json").read_text())
     parser = command_line()
     shipped = parser.parse_args(shlex.split(made["train_command"])[3:])     # the line that trained the shipped model

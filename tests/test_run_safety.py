@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from minwiola import data, download, first_line, grade, runs, sha256_file, train
+from minwiola import data, first_line, sha256_file, train
+from minwiola.classroom import grade
+from minwiola.tools import download, runs, train_cli
 from minwiola.model import LanguageModel, preset
 from minwiola.train import Trainer
-from test_train import tiny
+from helpers import one_error_line, tiny
 
 TINY_SET = ["--set", "d=32", "n_layers=2", "n_heads=2", "n_kv_heads=1", "d_ff_a=16", "d_ff=48", "context=64"]
 
@@ -27,15 +29,8 @@ def cli(out, *extra):
             "--sample-tokens", "4", *TINY_SET, *extra]
 
 
-def one_error_line(err: str) -> str:
-    """The single `error: ...` line of a failed command (progress bars may precede it; a traceback may not)."""
-    errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "Traceback" not in err, err
-    return errors[0]
-
-
 def finished_run(out):
-    assert train.main(cli(out)) == 0
+    assert train_cli.main(cli(out)) == 0
     return sorted(p.name for p in out.rglob("*")), (out / "checkpoint" / "model.safetensors").read_bytes()
 
 
@@ -45,15 +40,15 @@ def test_a_folder_that_is_not_a_run_is_never_written_into_or_emptied(small_data,
     thesis.mkdir()
     (thesis / "thesis.tex").write_text("years of work")
     for extra in ([], ["--overwrite"], ["--resume"]):
-        assert train.main(cli(thesis, *extra)) == 1
+        assert train_cli.main(cli(thesis, *extra)) == 1
         assert "not a minwiola run folder" in capsys.readouterr().err
     monkeypatch.chdir(thesis)                                    # --out . in a folder of one's own
-    assert train.main(cli(".", "--overwrite")) == 1
+    assert train_cli.main(cli(".", "--overwrite")) == 1
     assert sorted(p.name for p in thesis.iterdir()) == ["thesis.tex"]
     assert (thesis / "thesis.tex").read_text() == "years of work"
     empty = tmp_path / "empty"                                   # an empty folder is fine to use
     empty.mkdir()
-    assert train.main(cli(empty)) == 0 and (empty / runs.MARKER).is_file()
+    assert train_cli.main(cli(empty)) == 0 and (empty / runs.MARKER).is_file()
 
 
 def test_overwrite_deletes_only_what_the_trainer_wrote(small_data, tmp_path):
@@ -61,7 +56,7 @@ def test_overwrite_deletes_only_what_the_trainer_wrote(small_data, tmp_path):
     finished_run(out)
     (out / "my_notes.txt").write_text("keep me")
     (out / "samples.txt").write_text("old stories")
-    assert train.main(cli(out, "--overwrite", "--steps", "2")) == 0
+    assert train_cli.main(cli(out, "--overwrite", "--steps", "2")) == 0
     assert (out / "my_notes.txt").read_text() == "keep me"
     assert "old stories" not in (out / "samples.txt").read_text()
     assert max(r["step"] for r in train.read_metrics(out)) == 2
@@ -83,7 +78,7 @@ def test_overwrite_with_a_mistake_leaves_the_old_run_alone(small_data, tmp_path,
             (tmp_path / "short" / f"{split}.txt").write_text("Once upon a time.")
         monkeypatch.setenv("MINWIOLA_DATA", str(tmp_path / "short"))
         mistake = []
-    assert train.main(cli(out, "--overwrite", *mistake)) == 1
+    assert train_cli.main(cli(out, "--overwrite", *mistake)) == 1
     one_error_line(capsys.readouterr().err)
     assert (sorted(p.name for p in out.rglob("*")), (out / "checkpoint" / "model.safetensors").read_bytes()) == before
 
@@ -92,7 +87,7 @@ def test_overwrite_with_a_mistake_leaves_the_old_run_alone(small_data, tmp_path,
 HOLDER = """
 import sys, time
 from pathlib import Path
-from minwiola.runs import FolderLock
+from minwiola.tools.runs import FolderLock
 lock = FolderLock(Path(sys.argv[1]))
 lock.acquire()
 print("locked", flush=True)
@@ -111,16 +106,16 @@ def test_one_trainer_per_folder_and_a_dead_trainers_lock_is_taken_over(small_dat
     finished_run(out)
     holder = hold_lock(out)
     try:
-        assert train.main(cli(out, "--resume")) == 1
+        assert train_cli.main(cli(out, "--resume")) == 1
         assert f"in use by process {holder.pid}" in one_error_line(capsys.readouterr().err)
-        assert train.main(cli(out, "--overwrite")) == 1            # nothing deleted under a live trainer
+        assert train_cli.main(cli(out, "--overwrite")) == 1            # nothing deleted under a live trainer
         assert (out / "checkpoint").is_dir()
     finally:
         holder.send_signal(signal.SIGKILL)                          # dies without any chance to clean up
         holder.wait()
     assert (out / runs.LOCK).is_file()                              # the stale lock file is still there
-    assert train.main(cli(out, "--resume")) == 0                    # and is taken over
-    assert train.main(cli(out, "--overwrite", "--steps", "2")) == 0
+    assert train_cli.main(cli(out, "--resume")) == 0                    # and is taken over
+    assert train_cli.main(cli(out, "--overwrite", "--steps", "2")) == 0
     assert max(r["step"] for r in train.read_metrics(out)) == 2
 
 
@@ -192,7 +187,7 @@ def test_a_damaged_checkpoint_is_one_error_line_naming_the_file(small_data, tmp_
     out = tmp_path / "run"
     finished_run(out)
     damage(out / "checkpoint" / name, how)
-    assert train.main(cli(out, "--resume")) == 1
+    assert train_cli.main(cli(out, "--resume")) == 1
     assert name in one_error_line(capsys.readouterr().err)
 
 
@@ -202,7 +197,7 @@ def test_garbage_that_matches_its_checksum_is_still_refused_cleanly(small_data, 
     folder = out / "checkpoint"
     (folder / "trainer_state.pt").write_bytes(b"not a pickle at all")
     reseal(folder)
-    assert train.main(cli(out, "--resume")) == 1
+    assert train_cli.main(cli(out, "--resume")) == 1
     assert one_error_line(capsys.readouterr().err).startswith("error: the checkpoint in")
 
 
@@ -240,13 +235,13 @@ def test_a_full_disk_is_one_error_line_and_the_last_checkpoint_survives(small_da
             raise OSError(errno.ENOSPC, "No space left on device", str(folder / f"{name}.tmp"))
         real(folder, name, write)
     monkeypatch.setattr(runs, "save_atomically", fills_up)
-    assert train.main(cli(out)) == 1
+    assert train_cli.main(cli(out)) == 1
     line = one_error_line(capsys.readouterr().err)
     assert "No space left" in line and "--resume" in line
     monkeypatch.setattr(runs, "save_atomically", real)
     runs.verify_folder(out / "checkpoint")
     assert torch.load(out / "checkpoint" / "trainer_state.pt", weights_only=True)["step"] == 2
-    assert train.main(cli(out, "--resume")) == 0
+    assert train_cli.main(cli(out, "--resume")) == 0
 
 
 @pytest.mark.parametrize("file", ["trainer_state.pt", "model.safetensors"])
@@ -282,13 +277,13 @@ def test_a_disk_that_fills_up_inside_a_checkpoint_is_one_error_line_and_resumes_
         checkpoints.append(name == "checkpoint" and folder == out)
         real(folder, name, on_a_full_disk(write) if checkpoints.count(True) == 2 and checkpoints[-1] else write)
     monkeypatch.setattr(runs, "save_atomically", fills_up)
-    assert train.main(cli(out)) == 1
+    assert train_cli.main(cli(out)) == 1
     line = one_error_line(capsys.readouterr().err)
     assert "No space left" in line and "checkpoint.tmp" in line and "--resume" in line
     assert not (out / "checkpoint.tmp").exists()                  # the half-written one gave its space back
     runs.verify_folder(out / "checkpoint")
     assert torch.load(out / "checkpoint" / "trainer_state.pt", weights_only=True)["step"] == 2
-    assert train.main(cli(out, "--resume")) == 0                   # the disk has room again
+    assert train_cli.main(cli(out, "--resume")) == 0                   # the disk has room again
     assert (out / "checkpoint" / "model.safetensors").read_bytes() == finished_run(tmp_path / "whole")[1]
 
 
@@ -304,18 +299,18 @@ def test_a_nan_before_the_first_checkpoint_says_there_is_none(small_data, tmp_pa
 
 # ------------------------------------------------------------------------------------------ settings as text
 def test_set_reads_each_value_as_its_fields_type(small_data, tmp_path, capsys):
-    parser = train.command_line()
+    parser = train_cli.command_line()
     for text in ("False", "false", "no", "off", "0"):
-        assert train.parse_overrides(parser, [f"attn_bias={text}"]) == {"attn_bias": False}
+        assert train_cli.parse_overrides(parser, [f"attn_bias={text}"]) == {"attn_bias": False}
     for text in ("True", "yes", "on", "1"):
-        assert train.parse_overrides(parser, [f"attn_bias={text}"]) == {"attn_bias": True}
-    assert train.parse_overrides(parser, ["n_kv_heads=none", "srpe_k=inf", "atm=off", "d=32"]) == \
+        assert train_cli.parse_overrides(parser, [f"attn_bias={text}"]) == {"attn_bias": True}
+    assert train_cli.parse_overrides(parser, ["n_kv_heads=none", "srpe_k=inf", "atm=off", "d=32"]) == \
         {"n_kv_heads": None, "srpe_k": math.inf, "atm": "off", "d": 32}
     for bad, words in [("attn_bias=maybe", "true or false"), ("d=32.5", "integer"), ("atm_tau=high", "number"),
                        ("colour=blue", "no model config field")]:
         with pytest.raises(ValueError, match=words):
-            train.parse_overrides(parser, [bad])
-    assert train.main(cli(tmp_path / "run", "--set", "attn_bias=False")) == 0
+            train_cli.parse_overrides(parser, [bad])
+    assert train_cli.main(cli(tmp_path / "run", "--set", "attn_bias=False")) == 0
     assert json.loads((tmp_path / "run" / "config.json").read_text())["model"]["attn_bias"] is False
 
 
@@ -361,7 +356,7 @@ def test_a_minutes_budget_ends_the_run_by_the_clock_and_the_schedule_follows_it(
 
 def test_quick_mode_keeps_a_clock_budget_a_clock_budget(small_data, tmp_path, monkeypatch):
     monkeypatch.setenv("MINWIOLA_QUICK", "1")
-    assert train.main(cli(tmp_path / "run", "--minutes", "5", "--steps", "100000")) == 0
+    assert train_cli.main(cli(tmp_path / "run", "--minutes", "5", "--steps", "100000")) == 0
     held = json.loads((tmp_path / "run" / "config.json").read_text())["train"]
     assert held["minutes"] == 0.1 and held["steps"] == 20
 
@@ -406,7 +401,7 @@ def test_a_broken_run_config_on_resume_is_one_error_line(small_data, tmp_path, c
     out = tmp_path / "run"
     finished_run(out)
     (out / "config.json").write_text(state)
-    assert train.main(cli(out, "--resume")) == 1
+    assert train_cli.main(cli(out, "--resume")) == 1
     assert "config.json" in one_error_line(capsys.readouterr().err)
 
 
@@ -416,7 +411,7 @@ def test_a_trainer_state_missing_fields_is_one_error_line(small_data, tmp_path, 
     folder = out / "checkpoint"
     torch.save({"step": 4}, folder / "trainer_state.pt")
     reseal(folder)
-    assert train.main(cli(out, "--resume")) == 1
+    assert train_cli.main(cli(out, "--resume")) == 1
     assert "lacks" in one_error_line(capsys.readouterr().err)
 
 
@@ -435,7 +430,7 @@ def test_a_users_own_lock_file_is_not_taken_for_ours(small_data, tmp_path, capsy
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / ".lock").write_text("my notes")
-    assert train.main(cli(folder)) == 1 and "not a minwiola run folder" in one_error_line(capsys.readouterr().err)
+    assert train_cli.main(cli(folder)) == 1 and "not a minwiola run folder" in one_error_line(capsys.readouterr().err)
     assert (folder / ".lock").read_text() == "my notes"
 
 
@@ -451,14 +446,14 @@ def test_more_mistakes_leave_the_old_run_alone(small_data, tmp_path, capsys, mon
         (tmp_path / "ev" / "valid.txt").write_text("")
         monkeypatch.setenv("MINWIOLA_DATA", str(tmp_path / "ev"))
         mistake = []
-    assert train.main(cli(out, "--overwrite", *mistake)) == 1
+    assert train_cli.main(cli(out, "--overwrite", *mistake)) == 1
     one_error_line(capsys.readouterr().err)
     assert (sorted(p.name for p in out.rglob("*")), (out / "checkpoint" / "model.safetensors").read_bytes()) == before
 
 
 def test_an_empty_out_is_refused(small_data, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert train.main(cli("", "--overwrite")) == 1 and "--out is empty" in one_error_line(capsys.readouterr().err)
+    assert train_cli.main(cli("", "--overwrite")) == 1 and "--out is empty" in one_error_line(capsys.readouterr().err)
     assert not (tmp_path / "runs").exists()
 
 
@@ -471,7 +466,7 @@ def test_a_trainer_state_with_wrong_values_is_one_error_line(small_data, tmp_pat
     state = torch.load(folder / "trainer_state.pt", weights_only=True)
     torch.save({**state, **change}, folder / "trainer_state.pt")
     reseal(folder)
-    assert train.main(cli(out, "--resume")) == 1
+    assert train_cli.main(cli(out, "--resume")) == 1
     assert "trainer_state.pt" in one_error_line(capsys.readouterr().err)
 
 
@@ -479,7 +474,7 @@ def test_a_shortened_samples_file_is_never_padded(small_data, tmp_path):
     out = tmp_path / "run"
     finished_run(out)
     (out / "samples.txt").write_bytes((out / "samples.txt").read_bytes()[:10])
-    assert train.main(cli(out, "--resume")) == 0
+    assert train_cli.main(cli(out, "--resume")) == 0
     assert b"\0" not in (out / "samples.txt").read_bytes()
 
 
@@ -487,16 +482,16 @@ def test_damaged_side_files_name_themselves(small_data, tmp_path, capsys):
     out = tmp_path / "run"
     finished_run(out)
     (out / "checkpoint" / "SHA256SUMS").write_bytes(b"\xff\xfe")
-    assert train.main(cli(out, "--resume")) == 1
+    assert train_cli.main(cli(out, "--resume")) == 1
     assert "SHA256SUMS is damaged" in one_error_line(capsys.readouterr().err)
     out2 = tmp_path / "run2"
     finished_run(out2)
     with open(out2 / "metrics.jsonl", "a") as f:
         f.write('{"step": "x"}\n{"step": 4}\n')
-    assert train.main(cli(out2, "--resume")) == 1
+    assert train_cli.main(cli(out2, "--resume")) == 1
     assert "metrics.jsonl line" in one_error_line(capsys.readouterr().err)
     (small_data / "train.txt.sha256").write_text("")
-    assert train.main(cli(tmp_path / "run3")) == 1
+    assert train_cli.main(cli(tmp_path / "run3")) == 1
     assert "train.txt.sha256 does not hold a sha256" in one_error_line(capsys.readouterr().err)
 
 
@@ -524,7 +519,7 @@ def test_a_seed_torch_cannot_take_is_one_error_line_naming_seed(small_data, tmp_
     from minwiola.generate import generate_ids
     from minwiola.generate import main as generate_main
     for seed in (str(10**23), str(2**64), "-1"):
-        assert train.main(cli(tmp_path / "run", "--seed", seed)) == 1
+        assert train_cli.main(cli(tmp_path / "run", "--seed", seed)) == 1
         assert "--seed must be an integer from 0 to 2**64 - 1" in one_error_line(capsys.readouterr().err)
         assert generate_main(["--tokens", "3", "--seed", seed]) == 1                 # the shipped model
         assert "--seed must be an integer from 0 to 2**64 - 1" in one_error_line(capsys.readouterr().err)
@@ -554,7 +549,7 @@ def test_a_model_too_big_for_memory_is_refused_before_it_is_built(small_data, tm
     monkeypatch.setattr(runs, "available_memory", lambda: 4 * count)
     assert generate_main([str(folder), "--tokens", "2"]) == 0                             # just fits
     monkeypatch.setattr(runs, "available_memory", lambda: 1000)
-    assert train.main(cli(tmp_path / "run")) == 1
+    assert train_cli.main(cli(tmp_path / "run")) == 1
     assert "cannot build the model on cpu: its" in one_error_line(capsys.readouterr().err)
     monkeypatch.setattr(runs, "available_memory", lambda: None)       # a platform that does not say: no check
 

@@ -8,14 +8,15 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from minwiola import ssm, train
+from minwiola import ssm
+from minwiola.tools import train_cli
 from minwiola.budget import count_params, forward_flops, kv_cache_bytes, layer_flops, param_breakdown, state_bytes
 from minwiola.generate import generate_ids, load_model
 from minwiola.model import LanguageModel, ModelConfig, preset
 from minwiola.ssm import (METHODS, SSM, causal_conv_fft, discretize, discretize_dense, kernel, scan, step,
                           step_response)
 from minwiola.train import parameter_groups
-from test_model import big_model, fit, ids
+from helpers import big_model, fit, ids
 
 KINDS = ["s4d", "selective"]
 
@@ -308,13 +309,13 @@ def test_the_trainer_trains_an_ssm_and_generate_loads_it(small_data, tmp_path, c
     args = ["--out", str(out), "--preset", "llama-style", "--steps", "3", "--eval-every", "3", "--batch-size", "2",
             "--block-size", "16", "--sample-tokens", "4", "--set", "mixer=ssm", "positions=none", "d=32",
             "context=64"]
-    assert train.main(args) == 0
+    assert train_cli.main(args) == 0
     assert json.loads((out / "config.json").read_text())["model"]["mixer"] == "ssm"
     model, _ = load_model(out)
     assert isinstance(model.blocks[0].attn, SSM)
     assert generate_main([str(out), "Once upon a time", "--tokens", "5"]) == 0
     assert capsys.readouterr().out.count("Once upon a time")
-    assert train.main(["--out", str(tmp_path / "bad"), *args[2:-4], "mixer=ssm", "d=32"]) == 1   # with RoPE
+    assert train_cli.main(["--out", str(tmp_path / "bad"), *args[2:-4], "mixer=ssm", "d=32"]) == 1   # with RoPE
     assert "use positions='none'" in capsys.readouterr().err                   # llama-style's RoPE does not apply
 
 

@@ -1,4 +1,4 @@
-"""`make student` (minwiola.grade.student_edition): every lesson, no solution text, the exercise cells' outputs
+"""`make student` (minwiola.classroom.grade.student_edition): every lesson, no solution text, the exercise cells' outputs
 cleared and everything else intact; it runs under nbval to the end with every exercise "not attempted yet".
 
 The nbval run executes every lesson again (quick mode); .ci/run sets MINWIOLA_SKIP_STUDENT_RUN=1 in its second pass
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from minwiola import grade
+from minwiola.classroom import grade
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = ROOT / "lessons"

@@ -9,30 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from minwiola import data, runs, train
+from minwiola import data, train
+from minwiola.tools import launch, runs, train_cli
 from minwiola.generate import load_model
-from minwiola.model import LanguageModel, next_token_loss, preset
+from minwiola.model import LanguageModel, field_types, next_token_loss, preset
 from minwiola.train import TrainConfig, Trainer, evaluate, learning_rate, parameter_groups, token_bytes
 from minwiola.tokenizer import default_tokenizer
-
-
-def tiny(**changes) -> TrainConfig:
-    settings = dict(preset="wiola-yocto", overrides={"d": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1,
-                                                       "d_ff_a": 16, "d_ff": 48, "context": 64},
-                    steps=12, batch_size=4, block_size=32, eval_every=6, lr=3e-3, sample_tokens=8)
-    settings.update(changes)
-    return TrainConfig(**settings)
-
-
-def killed_and_resumed(cfg: TrainConfig, out) -> Trainer:
-    """A run stopped after its first checkpoint (step 6), as if killed, then resumed to the end."""
-    part = Trainer(cfg, out, progress=False, quiet=True)
-    part.finished = lambda: part.step >= 6
-    part.run()
-    resumed = Trainer(cfg, out, resume=True, progress=False, quiet=True)
-    assert resumed.step == 6
-    resumed.run()
-    return resumed
+from helpers import PLAIN_FORWARD, killed_and_resumed, oom_above, tiny
 
 
 def test_learning_rate_follows_eq_43():
@@ -160,30 +143,30 @@ def test_bad_settings_are_refused():
 
 
 def test_command_for_gives_the_line_that_reads_back_to_the_same_config():
-    """train.command_for(cfg) parsed by the trainer's own command line is cfg again: defaults, every kind of value
+    """train_cli.command_for(cfg) parsed by the trainer's own command line is cfg again: defaults, every kind of value
     (a float rate, a bool flag, eval_tokens None as `all`, a prompt with quotes and spaces), and every kind of
     override (str, float, int, bool, None)."""
     import shlex
-    parser = train.command_line()
+    parser = train_cli.command_line()
 
     def read_back(line: str) -> TrainConfig:
         words = shlex.split(line)
         assert words[:3] == ["python", "-m", "minwiola.train"]
         args = parser.parse_args(words[3:])
-        values = {n: getattr(args, n) for n in train.field_types(TrainConfig) if n not in ("overrides", "betas")}
-        return TrainConfig(**values, overrides=train.parse_overrides(parser, args.set))
+        values = {n: getattr(args, n) for n in field_types(TrainConfig) if n not in ("overrides", "betas")}
+        return TrainConfig(**values, overrides=train_cli.parse_overrides(parser, args.set))
 
-    assert read_back(train.command_for(TrainConfig())) == TrainConfig()
-    assert "--preset wiola-yocto --steps 2000" in train.command_for(TrainConfig())      # defaults spelled out too
+    assert read_back(train_cli.command_for(TrainConfig())) == TrainConfig()
+    assert "--preset wiola-yocto --steps 2000" in train_cli.command_for(TrainConfig())      # defaults spelled out too
     made = TrainConfig(preset="llama-style", steps=3000, lr=0.03, eval_every=200, eval_tokens=None, seed=2,
                        sample_tokens=60, compile=True, prompt="Lily's dog said \"hi\"  twice",
                        overrides={"dropout": 0.1, "d_ff": 240, "gcla": "causal", "atm_tau": 0.30975341796875,
                                   "attn_bias": False, "n_kv_heads": None, "tie_head": True})
-    line = train.command_for(made, "runs/story model")
+    line = train_cli.command_for(made, "runs/story model")
     assert read_back(line) == made and "--out 'runs/story model'" in line
     assert "--batch-size 32" in line and "--eval-tokens all" in line and "--minutes" not in line
     with pytest.raises(ValueError, match="betas"):
-        train.command_for(TrainConfig(betas=(0.9, 0.99)))
+        train_cli.command_for(TrainConfig(betas=(0.9, 0.99)))
 
 
 def test_a_shipped_model_says_the_command_that_trains_it_again(small_data, tmp_path, monkeypatch, capsys):
@@ -206,7 +189,7 @@ def test_a_shipped_model_says_the_command_that_trains_it_again(small_data, tmp_p
     words = shlex.split(made["train_command"])
     out = words.index("--out")
     words[out + 1] = str(tmp_path / "again")
-    assert train.main(words[3:]) == 0
+    assert train_cli.main(words[3:]) == 0
     assert (tmp_path / "again" / "best" / "model.safetensors").read_bytes() == (shipped / "model.safetensors").read_bytes()
     model, _ = load_model(shipped)
     assert "made.json" in (shipped / "SHA256SUMS").read_text() and model.config.dropout == 0.1
@@ -218,10 +201,10 @@ def test_command_line_trains_and_generate_writes_a_story(small_data, tmp_path, c
     args = ["--out", str(out), "--steps", "4", "--eval-every", "2", "--batch-size", "2", "--block-size", "16",
             "--sample-tokens", "4", "--set", "d=32", "n_layers=2", "n_heads=2", "n_kv_heads=1", "d_ff_a=16",
             "d_ff=48", "atm=off"]
-    assert train.main(args) == 0
+    assert train_cli.main(args) == 0
     assert "step 2: held-out " in (log := capsys.readouterr().out) and " nats/token over " in log   # what it scored
     assert json.loads((out / "config.json").read_text())["model"]["atm"] == "off"
-    assert train.main(args) == 1                                    # the folder already holds that run
+    assert train_cli.main(args) == 1                                    # the folder already holds that run
     assert "already holds a run" in capsys.readouterr().err
     assert generate_main([str(out), "Once upon a time", "--tokens", "5", "--seed", "1"]) == 0
     assert capsys.readouterr().out.startswith("Once upon a time")
@@ -255,7 +238,7 @@ def test_ctrl_c_finishes_the_step_saves_and_resumes_exactly(small_data, tmp_path
     before = signal.getsignal(signal.SIGINT)          # Python's default, or SIG_IGN in a background job
     with pytest.raises(KeyboardInterrupt):
         part.run()
-    assert signal.getsignal(signal.SIGINT) is before and before is not part.request_stop   # the handler is put back
+    assert signal.getsignal(signal.SIGINT) is before and before is not part.ctrl_c   # the handler is put back
     state = torch.load(tmp_path / "part" / "checkpoint" / "trainer_state.pt", weights_only=True)
     assert state["step"] == 4                          # step 4 was finished, then saved
     resumed = Trainer(cfg, tmp_path / "part", resume=True, progress=False, quiet=True)
@@ -271,8 +254,8 @@ def test_a_second_ctrl_c_stops_at_once_and_the_trainer_refuses_to_go_on(small_da
 
     def twice():
         if trainer.step == 7:
-            trainer.request_stop()
-            trainer.request_stop()                     # the second one raises in the middle of the step
+            trainer.ctrl_c()
+            trainer.ctrl_c()                     # the second one raises in the middle of the step
         return original()
 
     trainer.train_step = twice
@@ -338,17 +321,17 @@ def test_command_line_options_repeat_and_errors_are_clean(small_data, tmp_path, 
     out = tmp_path / "cli"
     base = ["--out", str(out), "--steps", "2", "--eval-every", "2", "--batch-size", "2", "--block-size", "16",
             "--sample-tokens", "4"]
-    assert train.main(base + ["--set", "d=32", "n_heads=2", "--set", "n_layers=2", "n_kv_heads=1", "d_ff_a=16",
+    assert train_cli.main(base + ["--set", "d=32", "n_heads=2", "--set", "n_layers=2", "n_kv_heads=1", "d_ff_a=16",
                               "d_ff=48"]) == 0
     model = json.loads((out / "config.json").read_text())["model"]
     assert (model["d"], model["n_layers"], model["n_heads"]) == (32, 2, 2)          # both --set lists count
-    assert train.main(base + ["--resume", "--set", "d=32", "n_heads=2", "n_layers=2", "n_kv_heads=1", "d_ff_a=16",
+    assert train_cli.main(base + ["--resume", "--set", "d=32", "n_heads=2", "n_layers=2", "n_kv_heads=1", "d_ff_a=16",
                               "d_ff=48"]) == 0
     assert "finished run" in capsys.readouterr().out
-    assert train.main(["--out", str(tmp_path / "bad"), "--set", "n_heads=3"]) == 1      # d=64 is not divisible
+    assert train_cli.main(["--out", str(tmp_path / "bad"), "--set", "n_heads=3"]) == 1      # d=64 is not divisible
     assert "n_heads" in capsys.readouterr().err and not (tmp_path / "bad").exists()
     with pytest.raises(SystemExit):
-        train.main(["--set", "dropout"])
+        train_cli.main(["--set", "dropout"])
     assert "FIELD=VALUE" in capsys.readouterr().err
 
 
@@ -414,7 +397,7 @@ def test_each_objective_refuses_a_model_it_cannot_train():
     with pytest.raises(ValueError, match="room for \\[MASK\\]"):
         TrainConfig(preset="tiny-diffusion", overrides={"vocab_size": 4096}, objective="diffusion").model_config(tok)
     assert diffusion_run().model_config(tok).vocab_size == tok.vocab_size + 1
-    assert train.command_line().parse_args(["--objective", "diffusion"]).objective == "diffusion"
+    assert train_cli.command_line().parse_args(["--objective", "diffusion"]).objective == "diffusion"
 
 
 def test_a_diffusion_run_learns_reports_the_bound_and_resumes_exactly(small_data, tmp_path):
@@ -476,7 +459,6 @@ def test_a_diffusion_model_writes_its_story_by_unmasking(tmp_path):
 # ------------------------------------------------ the full download's size: evaluation subset, precision, memory
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinystories"
 SMALL = {"d": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1, "d_ff_a": 16, "d_ff": 48}
-PLAIN_FORWARD = LanguageModel.forward
 CLI_TINY = ["--sample-tokens", "4", "--block-size", "16", "--set", *(f"{k}={v}" for k, v in SMALL.items())]
 
 
@@ -512,7 +494,7 @@ def test_eval_tokens_scores_the_same_first_tokens_at_every_evaluation(small_data
         assert len(trainer.held_out()) == whole
     with pytest.raises(ValueError, match="eval_tokens must be a positive int or None"):
         tiny(eval_tokens=0)
-    parse = train.command_line().parse_args
+    parse = train_cli.command_line().parse_args
     assert parse(["--eval-tokens", "all"]).eval_tokens is None and parse(["--eval-tokens", "1000"]).eval_tokens == 1000
 
 
@@ -535,7 +517,7 @@ def test_the_command_line_says_what_it_runs_before_it_reads_the_data(small_data,
         calls.append((split, kwargs.get("progress"), capsys.readouterr().out))
         return read(split, *args, **kwargs)
     monkeypatch.setattr(data, "tokens", tokens)
-    assert train.main(["--out", str(tmp_path / "run"), "--steps", "2", "--eval-every", "2", "--batch-size", "2",
+    assert train_cli.main(["--out", str(tmp_path / "run"), "--steps", "2", "--eval-every", "2", "--batch-size", "2",
                        *CLI_TINY]) == 0
     split, progress, printed = calls[0]
     assert split == "train" and progress is True
@@ -564,20 +546,20 @@ def test_auto_precision_is_bf16_or_fp16_on_a_gpu_and_fp32_elsewhere(monkeypatch)
     for native in (True, False):                         # an A100 / H100, then a T4 (bf16 only by emulation)
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native or
                             including_emulation)
-        assert train.resolve_precision("auto", torch.device("cuda")) == ("bf16" if native else "fp16")
-    assert train.resolve_precision("auto", torch.device("cpu")) == "fp32"
-    assert train.resolve_precision("auto", torch.device("mps")) == "fp32"
-    assert train.resolve_precision("fp16", torch.device("cpu")) == "fp16"          # a choice is taken as it is
+        assert launch.resolve_precision("auto", torch.device("cuda")) == ("bf16" if native else "fp16")
+    assert launch.resolve_precision("auto", torch.device("cpu")) == "fp32"
+    assert launch.resolve_precision("auto", torch.device("mps")) == "fp32"
+    assert launch.resolve_precision("fp16", torch.device("cpu")) == "fp16"          # a choice is taken as it is
     with pytest.raises(ValueError, match="precision must be one of"):
         TrainConfig(precision="fp8")
 
 
 def test_tf32_is_on_in_a_cuda_run_only_while_it_runs():
     before = torch.get_float32_matmul_precision()
-    with train.tensor_float_32(torch.device("cuda")):                 # the flag exists without a GPU too
+    with launch.tensor_float_32(torch.device("cuda")):                 # the flag exists without a GPU too
         assert torch.get_float32_matmul_precision() == "high"
     assert torch.get_float32_matmul_precision() == before
-    with train.tensor_float_32(torch.device("cpu")):
+    with launch.tensor_float_32(torch.device("cpu")):
         assert torch.get_float32_matmul_precision() == before
 
 
@@ -632,13 +614,14 @@ def test_the_first_batch_goes_forward_and_backward_in_the_runs_precision_and_lea
     assert seen == [(True, torch.bfloat16, True, True)]             # as a step: autocast, gradients, training mode
     assert all(p.grad is None for p in trainer.model.parameters())
     rng = torch.get_rng_state()
-    assert train.first_pass(trainer.model, trainer.forward, trainer.train_tokens, cfg, trainer.device, "bf16", 4) \
+    first = lambda rows: data.get_batch(trainer.train_tokens, rows, cfg.block_size, torch.Generator().manual_seed(0))
+    assert launch.first_pass(trainer.model, trainer.forward, first, next_token_loss, trainer.device, "bf16", 4) \
         is None
     assert torch.equal(rng, torch.get_rng_state())                 # dropout drew, and its state was put back
 
 
 def test_fused_adamw_gives_the_weights_of_the_plain_one():
-    assert train.fused_adamw(torch.device("cuda")) and not train.fused_adamw(torch.device("cpu"))
+    assert launch.fused_adamw(torch.device("cuda")) and not launch.fused_adamw(torch.device("cpu"))
     batches = torch.randint(0, 4096, (5, 4, 33), generator=torch.Generator().manual_seed(0))
     models = []
     for fused in (False, True):                          # torch >= 2.4 has the fused kernel on the CPU too
@@ -679,35 +662,22 @@ def test_a_compiled_run_trains_and_resumes_on_the_cpu(small_data, tmp_path):
     assert largest_difference(plain.model, resumed.model) < 1e-6
 
 
-def oom_above(monkeypatch, rows: int, after_calls: int = 0):
-    """LanguageModel.forward runs out of memory (as CUDA would) on more than `rows` windows, or in training from its
-    `after_calls`-th training call on (the first batch's pass is the first)."""
-    calls = []
-
-    def tight(self, idx, *args, **kwargs):
-        calls.append(self.training)
-        if idx.shape[0] > rows or (after_calls and sum(calls) >= after_calls):
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return PLAIN_FORWARD(self, idx, *args, **kwargs)
-    monkeypatch.setattr(LanguageModel, "forward", tight)
-
-
 def test_out_of_memory_names_a_batch_and_accumulation_that_fit(small_data, tmp_path, capsys, monkeypatch):
-    from test_run_safety import one_error_line
+    from helpers import one_error_line
     args = ["--out", str(tmp_path / "run"), "--steps", "4", "--eval-every", "2", *CLI_TINY]
     oom_above(monkeypatch, 4)
-    assert train.main(args + ["--batch-size", "16"]) == 1            # found before the folder is made
+    assert train_cli.main(args + ["--batch-size", "16"]) == 1            # found before the folder is made
     assert one_error_line(capsys.readouterr().err) == (
         "error: out of memory on cpu at --batch-size 16 x --block-size 16: try --batch-size 4 --grad-accum 4 "
         "(the same tokens per step)")
     assert not (tmp_path / "run").exists()
-    assert train.main(args + ["--batch-size", "12", "--grad-accum", "2"]) == 1    # 12 / 3: 4 windows fit
+    assert train_cli.main(args + ["--batch-size", "12", "--grad-accum", "2"]) == 1    # 12 / 3: 4 windows fit
     assert "try --batch-size 4 --grad-accum 6" in one_error_line(capsys.readouterr().err)
     oom_above(monkeypatch, 0)
-    assert train.main(args + ["--batch-size", "16"]) == 1
+    assert train_cli.main(args + ["--batch-size", "16"]) == 1
     assert "not even one window per process fits; lower --block-size" in one_error_line(capsys.readouterr().err)
     oom_above(monkeypatch, 99, after_calls=5)           # the first pass, three steps, then step 4 runs out
-    assert train.main(args + ["--batch-size", "4"]) == 1
+    assert train_cli.main(args + ["--batch-size", "4"]) == 1
     assert one_error_line(capsys.readouterr().err) == (
         "error: out of memory on cpu at --batch-size 4 x --block-size 16: try --batch-size 2 --grad-accum 2 "
         "(the same tokens per step)")

@@ -248,14 +248,15 @@ def test_a_config_json_written_before_srpe_radius_loads_with_the_paper_radius(tm
 def test_a_run_written_before_srpe_radius_resumes_only_with_the_paper_radius(tmp_path):
     import dataclasses
     import json
-    from minwiola import runs
+    from minwiola import train
+    from minwiola.tools import runs
     record = {"train": {"steps": 10}, "model": dataclasses.asdict(preset("wiola-tiny"))}
     older = {"train": record["train"], "model": {k: v for k, v in record["model"].items() if k != "srpe_radius"}}
     (tmp_path / "config.json").write_text(json.dumps(older))
-    runs.check_same_run(tmp_path, record)                                # it was built with the paper's radius
+    runs.check_same_run(tmp_path, record, train.added_later())                                # it was built with the paper's radius
     record["model"]["srpe_radius"] = "offset"
     with pytest.raises(runs.RunFolderError, match="model.srpe_radius: 'paper' there, 'offset' now"):
-        runs.check_same_run(tmp_path, record)
+        runs.check_same_run(tmp_path, record, train.added_later())
 
 
 # ---------------------------------------------------------------------------------------------------- DSFF

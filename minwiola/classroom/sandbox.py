@@ -1,7 +1,7 @@
 """Run one command walled off from the machine: how the grader runs a student's kernel (Linux only).
 
-    python -m minwiola.sandbox --scratch DIR [--hide PATH ...] -- COMMAND ...
-    python -m minwiola.sandbox --check                  # can this machine do it? one line either way
+    python -m minwiola.classroom.sandbox --scratch DIR [--hide PATH ...] -- COMMAND ...
+    python -m minwiola.classroom.sandbox --check                  # can this machine do it? one line either way
 
 Inside, the command sees the same files as outside, with four differences, all made by Linux namespaces that any
 user may create (no root, no setuid helper, nothing installed):
@@ -139,7 +139,7 @@ def run(scratch: Path, hide: list[Path], command: list[str]) -> int:
         try:
             _become_init_and_exec(command)
         except BaseException as e:                           # noqa: BLE001 (say why, never run unwalled)
-            print(f"minwiola.sandbox: {e}", file=sys.stderr)
+            print(f"minwiola.classroom.sandbox: {e}", file=sys.stderr)
         os._exit(127)
     # an interrupt is sent to the whole process group: it is for the command (the kernel), not for us
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -230,7 +230,7 @@ def check() -> str | None:
         for folder in (scratch, hidden, outside):
             folder.mkdir()
         (hidden / "secret").write_text("x")
-        command = [sys.executable, "-m", "minwiola.sandbox", "--scratch", str(scratch), "--hide", str(hidden), "--",
+        command = [sys.executable, "-m", "minwiola.classroom.sandbox", "--scratch", str(scratch), "--hide", str(hidden), "--",
                    sys.executable, "-c", CHECK_PROGRAM, str(scratch), str(hidden), str(outside)]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=scratch)
@@ -238,12 +238,12 @@ def check() -> str | None:
             return "the sandbox's self-test did not finish within 60 s"
         if done.returncode != 0 or not (scratch / "ok").exists() or any(outside.iterdir()):
             why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-            return why.removeprefix("minwiola.sandbox: ")
+            return why.removeprefix("minwiola.classroom.sandbox: ")
     return None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minwiola.sandbox", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m minwiola.classroom.sandbox", description=__doc__.split("\n")[0])
     parser.add_argument("--scratch", type=Path, help="the one folder the command may write")
     parser.add_argument("--hide", type=Path, action="append", default=[], help="a folder that looks empty inside")
     parser.add_argument("--check", action="store_true", help="say whether this machine can run the sandbox")
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args.scratch, args.hide, command)
     except (SandboxError, OSError) as e:
-        print(f"minwiola.sandbox: {e}", file=sys.stderr)
+        print(f"minwiola.classroom.sandbox: {e}", file=sys.stderr)
         return 126
 
 

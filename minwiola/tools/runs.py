@@ -1,4 +1,5 @@
-"""The run folder: what the trainer writes, and the rules that keep a user's own files safe (lesson 11).
+"""Not the course's subject: the run folder, what the trainer writes, and the rules that keep a user's own files
+safe (lesson 11 shows them at work).
 
 A run folder holds
 
@@ -32,9 +33,8 @@ from typing import Callable, TypeVar
 import numpy as np
 import torch
 
-from . import budget, first_line, sha256_file
-from .data import lock_file
-from .model import ADDED_LATER, LanguageModel, ModelConfig
+from .. import first_line, sha256_file
+from . import lock_file
 
 MARKER = ".minwiola-run"
 LOCK = ".lock"
@@ -107,11 +107,11 @@ def held_train_config(held: dict) -> dict:
     return {**TRAIN_ADDED_LATER, **held}
 
 
-def check_same_run(out: Path, record: dict) -> None:
+def check_same_run(out: Path, record: dict, model_added_later: dict | None = None) -> None:
     """--resume: the run in `out` must be the one `record` describes, part by part (trainer settings, the model
     config as resolved, tokenizer, data files); RunFolderError naming every difference. A model field added since
-    the run was written (model.ADDED_LATER) counts as its default, which is what that run was built with; so does a
-    trainer setting (TRAIN_ADDED_LATER)."""
+    the run was written (`model_added_later`: each such field's default, which is what that run was built with)
+    counts as that default; so does a trainer setting (TRAIN_ADDED_LATER)."""
     config_file = out / "config.json"
     try:
         held = json.loads(config_file.read_text())
@@ -121,8 +121,7 @@ def check_same_run(out: Path, record: dict) -> None:
         raise RunFolderError(f"{config_file} is not a run config of this version (it lacks one of "
                              f"{sorted(record)}); start again with --overwrite")
     if "model" in record:
-        defaults = dataclasses.asdict(ModelConfig())
-        held["model"] = {**{k: defaults[k] for k in ADDED_LATER if k not in held["model"]}, **held["model"]}
+        held["model"] = {**(model_added_later or {}), **held["model"]}
     if "train" in record:                               # both sides: a record without them means their defaults
         held["train"] = held_train_config(held["train"])
         record = {**record, "train": held_train_config(record["train"])}
@@ -288,7 +287,7 @@ def restore_random_states(state: dict, device: torch.device, generator: torch.Ge
     generator.set_state(state["data_rng"])
 
 
-def save_weights(out: Path, name: str, model: LanguageModel, tokenizer, extra: dict[str, Callable]) -> None:
+def save_weights(out: Path, name: str, model, tokenizer, extra: dict[str, Callable]) -> None:
     """NAME/ (checkpoint or best) with the model, its tokenizer and `extra` files (file name -> writer(path))."""
     def write(folder: Path) -> None:
         model.save_pretrained(folder, tokenizer)
@@ -297,7 +296,7 @@ def save_weights(out: Path, name: str, model: LanguageModel, tokenizer, extra: d
     save_atomically(out, name, write)
 
 
-def save_checkpoint(out: Path, model: LanguageModel, tokenizer, state: dict) -> None:
+def save_checkpoint(out: Path, model, tokenizer, state: dict) -> None:
     """checkpoint/: weights and the trainer's `state`, with the length samples.txt has now, so a resume can cut
     the file back exactly, whatever the stories say."""
     samples = out / "samples.txt"
@@ -353,16 +352,16 @@ def available_memory() -> int | None:
         return None
 
 
-def build_model(make: Callable[[], Built], config: ModelConfig | None, where: str) -> Built:
-    """`make()`, which builds a model of `config`, or one ValueError starting "cannot build the model {where}". The
+def build_model(make: Callable[[], Built], count: int | None, where: str) -> Built:
+    """`make()`, which builds a model of `count` parameters, or one ValueError starting "cannot build the model
+    {where}". The
     size is checked before anything is allocated: a forged or mistyped config.json (d=4096, n_layers=1000 is about
     2 * 10^11 parameters) would otherwise take the machine's memory layer by layer. The check counts the float32
     weights alone (optimizer state and activations come on top), so it refuses only what cannot fit; it is skipped
-    where the platform does not say how much memory there is, or `config` is None (unreadable: `make` says why).
+    where the platform does not say how much memory there is, or `count` is None (unknown: `make` says why).
     A build that runs out of memory all the same (torch's RuntimeError, MemoryError) is the same one error."""
     available = available_memory()
-    if config is not None and available is not None:
-        count = budget.count_params(config)
+    if count is not None and available is not None:
         if count * FLOAT32_BYTES > available:
             raise ValueError(f"cannot build the model {where}: its {count:,} parameters need "
                              f"{count * FLOAT32_BYTES / 2**30:,.1f} GiB as float32, more than the "
@@ -373,9 +372,10 @@ def build_model(make: Callable[[], Built], config: ModelConfig | None, where: st
         raise ValueError(f"cannot build the model {where}: {first_line(e)}") from None
 
 
-def load_checkpoint(out: Path, model_record: dict) -> tuple[dict, dict]:
+def load_checkpoint(out: Path, model_record: dict, load_model: Callable) -> tuple[dict, dict]:
     """(weights, trainer state) of the last checkpoint, checked against SHA256SUMS and against the model config
-    `model_record` the run should have; RunFolderError naming what is wrong."""
+    `model_record` the run should have (`load_model(folder)` reads a saved model); RunFolderError naming what is
+    wrong."""
     folder = out / "checkpoint"
     if not folder.is_dir():
         folder = out / "checkpoint.old"                 # a crash in the middle of the swap
@@ -384,7 +384,7 @@ def load_checkpoint(out: Path, model_record: dict) -> tuple[dict, dict]:
                              "evaluation); start again with --overwrite")
     verify_folder(folder)
     try:
-        saved = LanguageModel.from_pretrained(folder)
+        saved = load_model(folder)
         state = torch.load(folder / "trainer_state.pt", weights_only=True, map_location="cpu")
     except Exception as e:                              # unpickling errors have many types and long messages
         raise RunFolderError(f"the checkpoint in {folder} cannot be loaded ({first_line(e)})") from None
@@ -397,6 +397,19 @@ def load_checkpoint(out: Path, model_record: dict) -> tuple[dict, dict]:
         raise RunFolderError(f"{folder} holds a model with another config ("
                              + "; ".join(differences(held, model_record)) + ")")
     return saved.state_dict(), state
+
+
+def restore_trainer_state(out: Path, state: dict, optimizer, scaler, device: torch.device,
+                          generator: torch.Generator) -> None:
+    """Put a checkpoint's optimizer, gradient scaler and random states back; RunFolderError if they do not fit."""
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+        if state.get("scaler") and scaler.is_enabled():   # {} from a run that had no scaler
+            scaler.load_state_dict(state["scaler"])
+        restore_random_states(state, device, generator)
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise RunFolderError(f"{out / 'checkpoint' / 'trainer_state.pt'} does not fit this run "
+                             f"({first_line(e)})") from None
 
 
 def forget_after(out: Path, step: int, samples_bytes: int) -> None:
@@ -436,6 +449,18 @@ def read_metrics(out: str | Path) -> list[dict]:
             continue
         records.append(record)
     return records
+
+
+def last_evaluation(out: Path) -> dict:
+    """The last evaluation metrics.jsonl holds, without its "valid_" prefixes ({} if there is none)."""
+    evals = [r for r in read_metrics(out) if "valid_nats_per_token" in r]
+    return {k[len("valid_"):]: v for k, v in evals[-1].items() if k.startswith("valid_")} if evals else {}
+
+
+def append_sample(out: Path, title: str, story: str) -> None:
+    """A story written at an evaluation, under its title, at the end of samples.txt."""
+    with open(out / "samples.txt", "a") as f:
+        f.write(f"--- {title}\n{story}\n\n")
 
 
 def run_title(out: str | Path) -> str:

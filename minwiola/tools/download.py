@@ -28,11 +28,12 @@ import urllib.request
 from pathlib import Path
 from typing import NamedTuple
 
-from . import sha256_file
+from .. import sha256_file
+from . import seconds_option
 
 HF_URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main"
 OFFICIAL = {"train": "TinyStories-train.txt", "valid": "TinyStories-valid.txt"}
-DEST = Path(__file__).resolve().parents[1] / "data" / "tinystories"   # where data.find_data_dir looks second
+DEST = Path(__file__).resolve().parents[2] / "data" / "tinystories"   # where data.find_data_dir looks second
 DOWNLOAD_HINT = "python -m minwiola.data download"
 
 
@@ -504,20 +505,9 @@ def add_download_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dest", type=Path, default=None, help="target folder (default: data/tinystories/)")
     parser.add_argument("--base-url", default=None, help=f"where the files live (default: {HF_URL})")
     parser.add_argument("--sha256", default=None, help="expected checksum (only with a single --split)")
-    parser.add_argument("--deadline", type=_seconds, default=None, metavar="SECONDS",
+    parser.add_argument("--deadline", type=seconds_option, default=None, metavar="SECONDS",
                         help="stop after this long, keeping the partial file (default: 6 h for train, 30 min for "
                              "valid)")
-    parser.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+    parser.add_argument("--timeout", type=seconds_option, default=None, metavar="SECONDS",
                         help=f"stop when no byte arrives for this long (default: {READ_TIMEOUT_S:g})")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def _seconds(text: str) -> float:
-    """An argparse type: a number of seconds, above 0 and at most a million (11 days; more overflows timers)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value <= 1e6:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, 1000000]")
-    return value
