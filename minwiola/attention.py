@@ -131,7 +131,42 @@ def attention_tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 ATTENTION = {"explicit": attention_explicit, "fused": attention_fused, "tiled": attention_tiled}
 
 
-class KVCache:
+class DecodingState:
+    """What every token mixer keeps between decoding calls (one per layer: `new_cache(max_len)` makes it, the
+    model's `new_cache()` lists them): attention's KV cache, GCLA's adds a running sum, a state-space layer's is a
+    fixed-size state (`ssm.SSMState`).
+
+    Each has `length`, the tokens it has seen (the model starts positions there); `batch()`, how many sequences it
+    holds (None while empty); `nbytes()`, the memory it holds; and `check(B, T)`, written once here. A subclass says
+    what it holds (`batch`, `nbytes`) and sets `max_len`, the most positions it can take (None: nothing in it ends).
+    """
+
+    def __init__(self, max_len: int | None):
+        self.max_len = max_len
+        self.length = 0
+
+    def batch(self) -> int | None:
+        """How many sequences the state holds (None while empty)."""
+        raise NotImplementedError
+
+    def nbytes(self) -> int:
+        """Memory held by the state, in bytes."""
+        raise NotImplementedError
+
+    def check(self, B: int, T: int) -> None:
+        """Raise ValueError unless T new positions of B sequences fit: the batch the state was filled with, and
+        room up to max_len. Callers check before they change anything, so a refused call leaves the state as it
+        was and decoding can go on."""
+        held = self.batch()
+        if held is not None and held != B:
+            raise ValueError(f"a batch of {B} sequences does not match the cache, which holds {held}: "
+                             f"a decoding state continues the sequences it was filled with")
+        if self.max_len is not None and self.length + T > self.max_len:
+            raise ValueError(f"{type(self).__name__} holds at most max_len={self.max_len} positions; "
+                             f"{self.length} + {T} new ones do not fit")
+
+
+class KVCache(DecodingState):
     """The keys and values one attention layer has seen, so each new token only computes its own.
 
     Buffers of shape (B, H_kv, max_len, d_h) are allocated on the first `append` (with the dtype and device of the
@@ -140,26 +175,13 @@ class KVCache:
     """
 
     def __init__(self, max_len: int):
-        self.max_len = max_len
-        self.length = 0
+        super().__init__(max_len)
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
 
     def batch(self) -> int | None:
         """How many sequences the cache holds (None while empty)."""
         return None if self.k is None else self.k.shape[0]
-
-    def check(self, B: int, T: int) -> None:
-        """Raise ValueError unless T new positions of B sequences fit: the batch the cache was filled with, and
-        room up to max_len. Callers check before they change anything, so a refused call leaves the cache as
-        it was and decoding can go on."""
-        held = self.batch()
-        if held is not None and held != B:
-            raise ValueError(f"a batch of {B} sequences does not match the cache, which holds {held}: "
-                             f"a cache continues the sequences it was filled with")
-        if self.length + T > self.max_len:
-            raise ValueError(f"KV cache holds at most max_len={self.max_len} positions; "
-                             f"{self.length} + {T} new ones do not fit")
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k, v (B, H_kv, T, d_h) after the cached positions; return all keys and values so far."""

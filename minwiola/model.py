@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import atm
-from .attention import ATTENTION_POSITIONS, IMPLS, QKV, KVCache, MultiHeadAttention, head_shape
+from .attention import ATTENTION_POSITIONS, IMPLS, QKV, DecodingState, MultiHeadAttention, head_shape
 from .ffn import ACTIVATIONS, DSFF, FFNS, MLP, SwiGLU, swiglu_hidden
 from .gcla import GCLA, QUERIES, SUMMARIES, cross_layer_context
 from .moe import MoE
@@ -480,7 +480,8 @@ class Block(nn.Module):
         """The token mixer (attention, GCLA or an SSM: `make_mixer`), registered as `attn`."""
         return self.attn
 
-    def attention(self, h: torch.Tensor, cache: KVCache | None, context: torch.Tensor | None) -> torch.Tensor:
+    def attention(self, h: torch.Tensor, cache: DecodingState | None, context: torch.Tensor | None
+                  ) -> torch.Tensor:
         """The token-mixing branch on the normed input h, with token merging when this layer merges and trains."""
         if self.merge_kind is None or not self.training:
             return self.attn(h, context=context, cache=cache)
@@ -496,7 +497,7 @@ class Block(nn.Module):
             return {}
         return {"atm_mu": atm.merge_ratio(self.last_slot)}
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, context: torch.Tensor | None = None
+    def forward(self, x: torch.Tensor, cache: DecodingState | None = None, context: torch.Tensor | None = None
                 ) -> torch.Tensor:
         if self.pre:
             x = x + self.drop(self.attention(self.norm1(x), cache, context))
@@ -532,9 +533,9 @@ class LanguageModel(nn.Module):
         """One module's initialisation with this model's init_std (`init_module`)."""
         init_module(module, self.config.init_std)
 
-    def new_cache(self) -> list[KVCache]:
-        """An empty decoding state, one per layer (each mixer makes its own: a KV cache, GCLA's adds a running
-        sum, an SSM's is its fixed-size state `ssm.SSMState`), for incremental decoding."""
+    def new_cache(self) -> list[DecodingState]:
+        """An empty decoding state, one per layer (each mixer makes its own `DecodingState`: a KV cache, GCLA's adds
+        a running sum, an SSM's is its fixed-size state `ssm.SSMState`), for incremental decoding."""
         return [block.attn.new_cache(self.config.context) for block in self.blocks]
 
     def aux_loss(self) -> torch.Tensor:
@@ -586,7 +587,7 @@ class LanguageModel(nn.Module):
         """Raise ValueError unless idx is a (B, T) integer tensor of valid ids that fits the context."""
         check_ids(idx, self.config, start)
 
-    def forward(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, cache: list[DecodingState] | None = None) -> torch.Tensor:
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"cache has {len(cache)} layers, the model {len(self.blocks)}: use model.new_cache()")
         if cache is not None and not self.config.causal:
