@@ -250,7 +250,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"attention must be one of {IMPLS}, got {impl!r}")
         if positions not in ATTENTION_POSITIONS:
             raise ValueError(f"attention positions must be one of {ATTENTION_POSITIONS}, got {positions!r}")
-        rope = positions in ("rope", "srpe")
+        rotates = positions in ("rope", "srpe")                 # RoPE and SRPE rotate queries and keys
         H = n_heads
         H_kv, self.d_h = head_shape(d, n_heads, n_kv_heads, qkv)
         if qkv == "unified":
@@ -259,11 +259,11 @@ class MultiHeadAttention(nn.Module):
             self.q = nn.Linear(d, H * self.d_h, bias=bias)
             self.k = nn.Linear(d, H_kv * self.d_h, bias=bias)
             self.v = nn.Linear(d, H_kv * self.d_h, bias=bias)
-        if rope and self.d_h % 2:
+        if rotates and self.d_h % 2:
             raise ValueError(f"rotary positions need an even head width, got d_h={self.d_h}")
         self.out = nn.Linear(H * self.d_h, d, bias=bias)
-        self.H, self.H_kv, self.mode, self.impl, self.rope = H, H_kv, qkv, impl, rope
-        self.rotary, self.rope_theta, self.srpe, self.max_len = positions, rope_theta, srpe, max_len
+        self.H, self.H_kv, self.qkv_layout, self.impl, self.rotates = H, H_kv, qkv, impl, rotates
+        self.positions, self.rope_theta, self.srpe, self.max_len = positions, rope_theta, srpe, max_len
         if positions == "srpe":
             check_srpe(*srpe, srpe_radius, max_len)            # a clear error before any table is built
         self.srpe_radius = srpe_radius
@@ -272,7 +272,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("ALiBi's bias is defined for past keys only: it needs causal=True")
         self.alibi = positions == "alibi"
         self.keys_differ = positions == "srpe" and srpe_radius == "offset"   # keys take the inverse radius
-        if rope:
+        if rotates:
             # (max_len, d_h/2) tables, computed in float64 and stored, rounded once, in the default dtype like the
             # weights (float32 normally: no float64 buffer, which Apple's MPS cannot hold). Like any buffer they
             # follow model.to(dtype); for bf16 training keep the weights in float32 and use autocast. Not saved.
@@ -284,10 +284,16 @@ class MultiHeadAttention(nn.Module):
                 self.register_buffer("key_cos", cos.to(torch.get_default_dtype()), persistent=False)
                 self.register_buffer("key_sin", sin.to(torch.get_default_dtype()), persistent=False)
 
+    # Earlier names, kept for lessons and learners' code (read-only): `rotary` held the positions string, `rope`
+    # was True for SRPE too, `mode` was the qkv layout.
+    rotary = property(lambda self: self.positions, doc="The positions inside attention: an alias of `positions`.")
+    rope = property(lambda self: self.rotates, doc="True when queries and keys are rotated: an alias of `rotates`.")
+    mode = property(lambda self: self.qkv_layout, doc="The qkv layout: an alias of `qkv_layout`.")
+
     def exact_coefficients(self, p: torch.Tensor, side: str = "query") -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin for positions p (1-D), each (len(p), d_h/2), computed afresh in float64 (positions.py), for
         the queries or the keys (`side`; the same unless srpe_radius="offset")."""
-        if self.rotary == "srpe":                                # c, s of eqs. 15-16
+        if self.positions == "srpe":                             # c, s of eqs. 15-16
             return srpe_coefficients(p, self.d_h, self.rope_theta, *self.srpe, radius=self.srpe_radius, side=side,
                                      centre=(self.max_len - 1) / 2)
         return rope_coefficients(p, self.d_h, self.rope_theta)
@@ -295,7 +301,7 @@ class MultiHeadAttention(nn.Module):
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries (B, H, T, d_h), keys and values (B, H_kv, T, d_h)."""
         B, T, _ = x.shape
-        if self.mode == "unified":
+        if self.qkv_layout == "unified":
             q, k, v = self.qkv(x).chunk(3, dim=-1)   # the seeking, offering and content bands
         else:
             q, k, v = self.q(x), self.k(x), self.v(x)
@@ -342,7 +348,7 @@ class MultiHeadAttention(nn.Module):
         T = x.shape[1]
         q, k, v = self.project(x)
         q_plain = q
-        if self.rope:
+        if self.rotates:
             start = cache.length if cache is not None else 0
             cos, sin = self.coefficients(start, T, positions)
             q = rotate(q, cos, sin)

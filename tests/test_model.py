@@ -92,7 +92,7 @@ def test_alibi_models_are_causal_and_cached_decoding_matches_the_full_forward(na
     """ALiBi (lesson 12) with GQA (tiny-llama, wiola-tiny), biases and no GQA (tiny-gpt2), GCLA (wiola-tiny)."""
     model = big_model(name, positions="alibi", attention=attention)
     assert not hasattr(model, "pos") and not hasattr(model, "pos_table")       # no position embedding
-    assert all(b.attn.alibi and not b.attn.rope for b in model.blocks)         # a bias, no rotation
+    assert all(b.mixer.alibi and not b.mixer.rotates for b in model.blocks)    # a bias, no rotation
     x = ids(model, T=20)
     y = x.clone()
     y[:, 12] = (y[:, 12] + 1) % model.config.vocab_size                        # a future token for 0..11
@@ -435,3 +435,17 @@ def test_evaluating_puts_the_former_mode_back_even_after_an_error(training):
     function = lambda ids: model(ids)                    # not a module: passed through, nothing to switch
     with evaluating(function) as same:
         assert same is function and model.training == training
+
+
+def test_the_mixer_names_say_what_they_hold_and_the_old_ones_still_read():
+    """MultiHeadAttention's `positions`, `rotates` and `qkv_layout`; the earlier `rotary`, `rope` and `mode` are
+    read-only aliases (lessons and learners' code read them)."""
+    for name, positions, rotates, layout in [("tiny-llama", "rope", True, "separate"), ("wiola-tiny", "srpe", True,
+                                             "separate"), ("tiny-yocto", "rope", True, "unified"),
+                                             ("tiny-gpt2", "none", False, "separate")]:
+        mixer = LanguageModel(preset(name)).blocks[0].mixer
+        assert (mixer.positions, mixer.rotates, mixer.qkv_layout) == (positions, rotates, layout)
+        assert (mixer.rotary, mixer.rope, mixer.mode) == (positions, rotates, layout)
+        for old in ("rotary", "rope", "mode"):
+            with pytest.raises(AttributeError):
+                setattr(mixer, old, None)
