@@ -455,9 +455,10 @@ def check_ids(idx: torch.Tensor, cfg: ModelConfig, start: int = 0) -> None:
 
 
 class Block(nn.Module):
-    """One decoder block: attention then feed-forward, each in a residual branch with its norm.
+    """One decoder block: the token mixer (attention, GCLA or an SSM) then feed-forward, each in a residual branch
+    with its norm.
 
-    With GCLA the attention also reads the cross-layer `context`; with ATM (`merges=True`, in training only) the
+    With GCLA the mixer also reads the cross-layer `context`; with ATM (`merges=True`, in training only) the
     attention runs on merged tokens and its output is unmerged before the residual add (Wiola: between eqs. 1-2).
     """
 
@@ -465,7 +466,7 @@ class Block(nn.Module):
         super().__init__()
         self.pre = pre_norm(cfg)
         self.norm1 = make_norm(cfg)
-        self.attn = make_mixer(cfg)         # named attn in state_dicts (saved models: blocks.N.attn.*); also .mixer
+        self.attn = make_mixer(cfg)         # the mixer (`.mixer`); saved models name it blocks.N.attn.*
         self.norm2 = make_norm(cfg)
         self.ffn = make_ffn(cfg)
         self.drop = nn.Dropout(cfg.dropout)
@@ -477,17 +478,17 @@ class Block(nn.Module):
 
     @property
     def mixer(self) -> nn.Module:
-        """The token mixer (attention, GCLA or an SSM: `make_mixer`), registered as `attn`."""
+        """The token mixer (attention, GCLA or an SSM: `make_mixer`). It is registered under the name `attn`, which
+        saved models' tensor names (blocks.N.attn.*) and parameter names keep."""
         return self.attn
 
-    def attention(self, h: torch.Tensor, cache: DecodingState | None, context: torch.Tensor | None
-                  ) -> torch.Tensor:
+    def mix(self, h: torch.Tensor, cache: DecodingState | None, context: torch.Tensor | None) -> torch.Tensor:
         """The token-mixing branch on the normed input h, with token merging when this layer merges and trains."""
         if self.merge_kind is None or not self.training:
-            return self.attn(h, context=context, cache=cache)
+            return self.mixer(h, context=context, cache=cache)
         if cache is not None:
             raise ValueError("token merging runs in training only; decode with model.eval()")
-        out, self.last_slot = atm.merged_attention(self.attn, h, self.tau, self.merge_kind, context)
+        out, self.last_slot = atm.merged_attention(self.mixer, h, self.tau, self.merge_kind, context)
         return out
 
     def stats(self) -> dict[str, float]:
@@ -500,9 +501,9 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, cache: DecodingState | None = None, context: torch.Tensor | None = None
                 ) -> torch.Tensor:
         if self.pre:
-            x = x + self.drop(self.attention(self.norm1(x), cache, context))
+            x = x + self.drop(self.mix(self.norm1(x), cache, context))
             return x + self.drop(self.ffn(self.norm2(x)))
-        x = self.norm1(x + self.drop(self.attention(x, cache, context)))
+        x = self.norm1(x + self.drop(self.mix(x, cache, context)))
         return self.norm2(x + self.drop(self.ffn(x)))
 
 
@@ -536,7 +537,7 @@ class LanguageModel(nn.Module):
     def new_cache(self) -> list[DecodingState]:
         """An empty decoding state, one per layer (each mixer makes its own `DecodingState`: a KV cache, GCLA's adds
         a running sum, an SSM's is its fixed-size state `ssm.SSMState`), for incremental decoding."""
-        return [block.attn.new_cache(self.config.context) for block in self.blocks]
+        return [block.mixer.new_cache(self.config.context) for block in self.blocks]
 
     def aux_loss(self) -> torch.Tensor:
         """The sum of what the layers add to the training loss over their latest forward (each layer's

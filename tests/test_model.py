@@ -287,7 +287,7 @@ def test_the_config_derives_the_head_shape_once():
     for name in PRESETS:
         cfg = preset(name)
         assert head_shape(cfg.d, cfg.n_heads, cfg.n_kv_heads, cfg.qkv) == (cfg.H_kv, cfg.d_h), name
-    attn = LanguageModel(preset("wiola-tiny")).blocks[0].attn
+    attn = LanguageModel(preset("wiola-tiny")).blocks[0].mixer
     assert (attn.H_kv, attn.d_h) == (preset("wiola-tiny").H_kv, preset("wiola-tiny").d_h)
 
 
