@@ -16,7 +16,6 @@ Every choice is a field of `ModelConfig`; an ablation is a different config, nev
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
@@ -31,11 +30,11 @@ import torch.utils.checkpoint
 import torch.nn.functional as F
 from torch import nn
 
-from . import atm
+from . import atm, evaluating     # evaluating: also imported from here (generate, train, diffusion)
 from .attention import ATTENTION_POSITIONS, IMPLS, QKV, DecodingState, MultiHeadAttention, head_shape
 from .ffn import ACTIVATIONS, DSFF, FFNS, MLP, SwiGLU, swiglu_hidden
 from .gcla import GCLA, QUERIES, SUMMARIES, cross_layer_context
-from .moe import MoE
+from .moe import MoE, moe_layers, moe_stats
 from .norm import NORMS, LayerNorm, RMSNorm, WiolaRMSNorm
 from .positions import POSITIONS, check_srpe, sinusoidal
 from .ssm import KINDS as SSM_KINDS, SSM
@@ -556,33 +555,10 @@ class LanguageModel(nn.Module):
                 out.setdefault(name, []).append(value)
         return out
 
-    def moe_layers(self) -> list[MoE]:
-        """The mixture-of-experts feed-forward layers, in layer order (empty unless ffn="moe")."""
-        return [block.ffn for block in self.blocks if isinstance(block.ffn, MoE)]
-
-    def moe_stats(self) -> dict[str, torch.Tensor]:
-        """The MoE layers' latest forward as tensors (for analysis; the trainer logs `stats()`): {"moe_load":
-        (layers, E) fraction of assignments per expert, "moe_dropped": (layers,) fraction dropped}; {} without MoE."""
-        layers = [layer for layer in self.moe_layers() if layer.load is not None]
-        if not layers:
-            return {}
-        return {"moe_load": torch.stack([layer.load.float().cpu() for layer in layers]),
-                "moe_dropped": torch.stack([layer.dropped.float().cpu() for layer in layers])}
-
-    @torch.no_grad()
-    def atm_similarities(self, idx: torch.Tensor) -> torch.Tensor:
-        """rho (eq. 30) of neighbouring tokens in the normed input of each of ATM's layers (the middle third) for
-        ids idx (B, T): (B * layers, T - 1). With ATM off too: what ATM would see there (to calibrate its tau)."""
-        seen = []
-        layers = [self.blocks[i].norm1 for i in atm.atm_layers(len(self.blocks))]
-        hooks = [norm.register_forward_hook(lambda module, args, out: seen.append(out)) for norm in layers]
-        try:
-            with evaluating(self):                    # a forward without merging
-                self(idx)
-        finally:
-            for hook in hooks:
-                hook.remove()
-        return torch.cat([atm.similarity(h) for h in seen])
+    # Earlier methods named for one feature, kept for lessons and benchmarks: the functions live in moe.py and atm.py.
+    moe_layers = moe_layers
+    moe_stats = moe_stats
+    atm_similarities = atm.atm_similarities
 
     def check_ids(self, idx: torch.Tensor, start: int = 0) -> None:
         """Raise ValueError unless idx is a (B, T) integer tensor of valid ids that fits the context."""
@@ -685,21 +661,6 @@ def load_weights(model: nn.Module, path: Path, prefix: str = "") -> None:
     if problems:
         raise ValueError(f"checkpoint {path.parent} does not match its config: " + "; ".join(problems))
     model.load_state_dict(saved)
-
-
-@contextlib.contextmanager
-def evaluating(model):
-    """Within the block `model` is in eval mode (no dropout, no token merging); afterwards it is back in the mode it
-    was in, even when the block raised. Anything else (a function wrapping a model) passes through untouched."""
-    if not isinstance(model, nn.Module):
-        yield model
-        return
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
 
 
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:

@@ -356,7 +356,8 @@ def test_atm_similarities_read_the_normed_input_of_the_middle_layers():
         h = model.blocks[0](x)                             # the middle third of 3 layers is layer 1
         expected = atm.similarity(model.blocks[1].norm1(h))
     model.train()
-    assert torch.allclose(model.atm_similarities(idx), expected, atol=1e-6) and model.training
+    assert torch.allclose(atm.atm_similarities(model, idx), expected, atol=1e-6) and model.training
+    assert LanguageModel.atm_similarities is atm.atm_similarities      # the model's method: an alias (benchmarks)
 
 
 def test_cross_layer_context_chains_the_summaries_from_layer_to_layer():
