@@ -459,6 +459,7 @@ class Block(nn.Module):
 
     With GCLA the mixer also reads the cross-layer `context`; with ATM (`merges=True`, in training only) the
     attention runs on merged tokens and its output is unmerged before the residual add (Wiola: between eqs. 1-2).
+    A merging block's `stats()` reports ATM's "atm_mu", which it declares an evaluation mean (`evaluation_means`).
     """
 
     def __init__(self, cfg: ModelConfig, merges: bool = False):
@@ -474,6 +475,7 @@ class Block(nn.Module):
         self.merge_kind = cfg.atm if merges else None
         self.tau = cfg.atm_tau
         self.last_slot: torch.Tensor | None = None      # the last merge plan (B, T), for lessons and logs
+        self.evaluation_means = ("atm_mu",) if merges else ()   # statistics an evaluation record holds as means
 
     @property
     def mixer(self) -> nn.Module:
@@ -554,6 +556,16 @@ class LanguageModel(nn.Module):
             for name, value in (layer.stats() if hasattr(layer, "stats") else {}).items():
                 out.setdefault(name, []).append(value)
         return out
+
+    def leaves_parameters_unused(self) -> bool:
+        """True when a step may leave some parameters without a gradient: a layer says so itself (its
+        `leaves_parameters_unused`; MoE's experts can get no token). DDP must be told (`find_unused_parameters`)."""
+        return any(getattr(layer, "leaves_parameters_unused", False) for layer in self.blocks.modules())
+
+    def evaluation_means(self) -> frozenset[str]:
+        """The statistics of `stats()` that layers declare evaluation means (their `evaluation_means`: ATM's merging
+        blocks "atm_mu"): an evaluation record holds each as its mean over the steps since the last one."""
+        return frozenset(name for layer in self.blocks.modules() for name in getattr(layer, "evaluation_means", ()))
 
     # Earlier methods named for one feature, kept for lessons and benchmarks: the functions live in moe.py and atm.py.
     moe_layers = moe_layers

@@ -437,6 +437,18 @@ def test_evaluating_puts_the_former_mode_back_even_after_an_error(training):
         assert same is function and model.training == training
 
 
+def test_the_trainer_asks_the_layers_what_they_do():
+    """Layers declare what a trainer must know: a MoE may leave parameters unused in a step (DDP's
+    find_unused_parameters), ATM's merging blocks report "atm_mu" as an evaluation mean. The model collects both."""
+    from minwiola.moe import MoE
+    moe, wiola, llama = (LanguageModel(preset(name)) for name in ("tiny-moe", "wiola-tiny", "tiny-llama"))
+    assert MoE.leaves_parameters_unused and moe.leaves_parameters_unused()
+    assert not wiola.leaves_parameters_unused() and not llama.leaves_parameters_unused()
+    assert wiola.evaluation_means() == {"atm_mu"} and moe.evaluation_means() == llama.evaluation_means() == set()
+    wiola.train()(torch.randint(0, 64, (2, 16)))
+    assert wiola.evaluation_means() <= set(wiola.stats())                 # each one a statistic the model reports
+
+
 def test_the_mixer_names_say_what_they_hold_and_the_old_ones_still_read():
     """MultiHeadAttention's `positions`, `rotates` and `qkv_layout`; the earlier `rotary`, `rope` and `mode` are
     read-only aliases (lessons and learners' code read them)."""
