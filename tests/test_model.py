@@ -437,6 +437,36 @@ def test_evaluating_puts_the_former_mode_back_even_after_an_error(training):
         assert same is function and model.training == training
 
 
+def test_each_config_field_declares_its_rules_beside_it(tmp_path):
+    """A field's choices, its positive-int rule and whether it was added after models were shipped are its own
+    metadata (`model.declared`): the config's checks and `ADDED_LATER` are read from there, one line a field."""
+    import dataclasses
+    import json
+    import re
+    from minwiola.model import ADDED_LATER
+    rules = {f.name: f.metadata for f in dataclasses.fields(ModelConfig)}
+    assert ADDED_LATER == {"srpe_radius", "norm_eps", "mixer", "ssm_state", "ssm_kind", "moe_experts", "moe_k",
+                           "moe_capacity", "moe_aux", "moe_z", "causal"}          # what shipped models lack
+    assert [name for name, rule in rules.items() if rule.get("positive")] == [
+        "vocab_size", "context", "d", "n_layers", "n_heads", "n_kv_heads", "d_ff", "d_ff_a", "ssm_state",
+        "moe_experts", "moe_k"]
+    assert [name for name, rule in rules.items() if rule.get("choices")] == [
+        "ffn", "norm", "norm_position", "positions", "qkv", "attention", "gcla", "gcla_query", "atm", "mixer",
+        "ssm_kind"]
+    for name, rule in rules.items():
+        if rule.get("choices"):
+            with pytest.raises(ValueError, match=f"^{name} must be one of {re.escape(str(rule['choices']))}, "
+                                                 f"got 'unheard-of'$"):
+                ModelConfig(**{name: "unheard-of"})
+        if rule.get("positive"):
+            with pytest.raises(ValueError, match=f"^{name} must be a positive int, got 0$"):
+                ModelConfig(**{name: 0})
+    LanguageModel(preset("tiny-llama")).save_pretrained(tmp_path)           # a config.json of before those fields
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k not in ADDED_LATER}))
+    assert LanguageModel.from_pretrained(tmp_path).config == preset("tiny-llama")
+
+
 def test_the_trainer_asks_the_layers_what_they_do():
     """Layers declare what a trainer must know: a MoE may leave parameters unused in a step (DDP's
     find_unused_parameters), ATM's merging blocks report "atm_mu" as an evaluation mean. The model collects both."""
