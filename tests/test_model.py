@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from minwiola import data
+from minwiola.attention import DecodingState
 from minwiola.generate import generate, generate_ids, sample_next, top_p_filter
-from minwiola.model import PRESETS, LanguageModel, ModelConfig, evaluating, initial_loss, preset
+from minwiola.model import MIXERS, PRESETS, LanguageModel, ModelConfig, evaluating, initial_loss, preset
 from minwiola.tokenizer import default_tokenizer
 
 def small(name: str) -> bool:
@@ -72,18 +73,40 @@ def test_causality(name):
     assert (a[:, -1] - b[:, -1]).abs().max() > 1e-3               # and the change is visible where it may be
 
 
+def decoded(model, x) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits of x (B, T) decoded through fresh decoding states: a token at a time, and in two chunks."""
+    cache = model.new_cache()
+    steps = torch.cat([model(x[:, t:t + 1], cache) for t in range(x.shape[1])], dim=1)
+    cache = model.new_cache()
+    chunks = torch.cat([model(x[:, :13], cache), model(x[:, 13:], cache)], dim=1)
+    return steps, chunks
+
+
 @pytest.mark.parametrize("name", CAUSAL)
 @pytest.mark.parametrize("attention", ["explicit", "fused", "tiled"])
 def test_cached_decoding_matches_the_full_forward(name, attention):
     model = big_model(name, attention=attention)
     x = ids(model, T=20)
     full = model(x)
-    cache = model.new_cache()
-    steps = torch.cat([model(x[:, t:t + 1], cache) for t in range(x.shape[1])], dim=1)
+    steps, chunks = decoded(model, x)
     assert (steps - full).abs().max() < 1e-10
-    cache = model.new_cache()
-    chunks = torch.cat([model(x[:, :13], cache), model(x[:, 13:], cache)], dim=1)
     assert (chunks - full).abs().max() < 1e-10
+
+
+@pytest.mark.parametrize("kind", MIXERS)
+def test_every_mixer_is_causal_and_decodes_through_its_own_state(kind):
+    """Each token mixer of model.MIXERS, without a preset of its own (positions outside the mixer, which every
+    mixer takes): a changed last token reaches no earlier logit (to rounding: an FFT's reaches every position), and
+    decoding through the mixer's decoding state gives the full forward's logits."""
+    model = big_model("tiny-llama", mixer=kind, positions="learned")
+    x = ids(model, T=20)
+    y = x.clone()
+    y[:, -1] = (y[:, -1] + 1) % model.config.vocab_size
+    full, changed = model(x), model(y)
+    assert (full[:, :-1] - changed[:, :-1]).abs().max() < 1e-12 < (full[:, -1] - changed[:, -1]).abs().max()
+    assert all(isinstance(state, DecodingState) for state in model.new_cache())
+    steps, chunks = decoded(model, x)
+    assert (steps - full).abs().max() < 1e-10 and (chunks - full).abs().max() < 1e-10
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2", "wiola-tiny"])
