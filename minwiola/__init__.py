@@ -2,8 +2,9 @@
 
 Each module is one component (see the README's lesson table): `tokenizer`, `data`, `corpus`, ... The few helpers
 every module may need live here, standard library only, so that any module (the grader, which does not load torch,
-included) imports them without a cycle: `quick_mode`, `first_line`, `sha256_file`.
+included) imports them without a cycle: `quick_mode`, `first_line`, `sha256_file`, `evaluating`.
 """
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -33,3 +34,20 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+@contextlib.contextmanager
+def evaluating(model):
+    """Within the block `model` is in eval mode (no dropout, no token merging); afterwards it is back in the mode it
+    was in, even when the block raised. Anything without a module's `training` flag (a function wrapping a model)
+    passes through untouched. Here, below every component, so that a component's function taking a model (such as
+    `atm.atm_similarities`) uses it without importing the model."""
+    if not isinstance(getattr(model, "training", None), bool):
+        yield model
+        return
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)

@@ -29,6 +29,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import evaluating
+
 KINDS = ("copy-forward", "literal")
 
 
@@ -169,3 +171,20 @@ def atm_layers(n_layers: int) -> range:
     n = max(1, round(n_layers / 3))
     start = (n_layers - n) // 2
     return range(start, start + n)
+
+
+@torch.no_grad()
+def atm_similarities(model, idx: torch.Tensor) -> torch.Tensor:
+    """rho (eq. 30) of neighbouring tokens in the normed input of each of ATM's layers (the middle third) of a
+    language model (`model.blocks[i].norm1`) for ids idx (B, T): (B * layers, T - 1). With ATM off too: what ATM
+    would see there (to calibrate its tau)."""
+    seen = []
+    layers = [model.blocks[i].norm1 for i in atm_layers(len(model.blocks))]
+    hooks = [norm.register_forward_hook(lambda module, args, out: seen.append(out)) for norm in layers]
+    try:
+        with evaluating(model):                       # a forward without merging
+            model(idx)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return torch.cat([similarity(h) for h in seen])

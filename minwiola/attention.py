@@ -131,7 +131,42 @@ def attention_tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 ATTENTION = {"explicit": attention_explicit, "fused": attention_fused, "tiled": attention_tiled}
 
 
-class KVCache:
+class DecodingState:
+    """What every token mixer keeps between decoding calls (one per layer: `new_cache(max_len)` makes it, the
+    model's `new_cache()` lists them): attention's KV cache, GCLA's adds a running sum, a state-space layer's is a
+    fixed-size state (`ssm.SSMState`).
+
+    Each has `length`, the tokens it has seen (the model starts positions there); `batch()`, how many sequences it
+    holds (None while empty); `nbytes()`, the memory it holds; and `check(B, T)`, written once here. A subclass says
+    what it holds (`batch`, `nbytes`) and sets `max_len`, the most positions it can take (None: nothing in it ends).
+    """
+
+    def __init__(self, max_len: int | None):
+        self.max_len = max_len
+        self.length = 0
+
+    def batch(self) -> int | None:
+        """How many sequences the state holds (None while empty)."""
+        raise NotImplementedError
+
+    def nbytes(self) -> int:
+        """Memory held by the state, in bytes."""
+        raise NotImplementedError
+
+    def check(self, B: int, T: int) -> None:
+        """Raise ValueError unless T new positions of B sequences fit: the batch the state was filled with, and
+        room up to max_len. Callers check before they change anything, so a refused call leaves the state as it
+        was and decoding can go on."""
+        held = self.batch()
+        if held is not None and held != B:
+            raise ValueError(f"a batch of {B} sequences does not match the cache, which holds {held}: "
+                             f"a decoding state continues the sequences it was filled with")
+        if self.max_len is not None and self.length + T > self.max_len:
+            raise ValueError(f"{type(self).__name__} holds at most max_len={self.max_len} positions; "
+                             f"{self.length} + {T} new ones do not fit")
+
+
+class KVCache(DecodingState):
     """The keys and values one attention layer has seen, so each new token only computes its own.
 
     Buffers of shape (B, H_kv, max_len, d_h) are allocated on the first `append` (with the dtype and device of the
@@ -140,26 +175,13 @@ class KVCache:
     """
 
     def __init__(self, max_len: int):
-        self.max_len = max_len
-        self.length = 0
+        super().__init__(max_len)
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
 
     def batch(self) -> int | None:
         """How many sequences the cache holds (None while empty)."""
         return None if self.k is None else self.k.shape[0]
-
-    def check(self, B: int, T: int) -> None:
-        """Raise ValueError unless T new positions of B sequences fit: the batch the cache was filled with, and
-        room up to max_len. Callers check before they change anything, so a refused call leaves the cache as
-        it was and decoding can go on."""
-        held = self.batch()
-        if held is not None and held != B:
-            raise ValueError(f"a batch of {B} sequences does not match the cache, which holds {held}: "
-                             f"a cache continues the sequences it was filled with")
-        if self.length + T > self.max_len:
-            raise ValueError(f"KV cache holds at most max_len={self.max_len} positions; "
-                             f"{self.length} + {T} new ones do not fit")
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k, v (B, H_kv, T, d_h) after the cached positions; return all keys and values so far."""
@@ -228,7 +250,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"attention must be one of {IMPLS}, got {impl!r}")
         if positions not in ATTENTION_POSITIONS:
             raise ValueError(f"attention positions must be one of {ATTENTION_POSITIONS}, got {positions!r}")
-        rope = positions in ("rope", "srpe")
+        rotates = positions in ("rope", "srpe")                 # RoPE and SRPE rotate queries and keys
         H = n_heads
         H_kv, self.d_h = head_shape(d, n_heads, n_kv_heads, qkv)
         if qkv == "unified":
@@ -237,11 +259,11 @@ class MultiHeadAttention(nn.Module):
             self.q = nn.Linear(d, H * self.d_h, bias=bias)
             self.k = nn.Linear(d, H_kv * self.d_h, bias=bias)
             self.v = nn.Linear(d, H_kv * self.d_h, bias=bias)
-        if rope and self.d_h % 2:
+        if rotates and self.d_h % 2:
             raise ValueError(f"rotary positions need an even head width, got d_h={self.d_h}")
         self.out = nn.Linear(H * self.d_h, d, bias=bias)
-        self.H, self.H_kv, self.mode, self.impl, self.rope = H, H_kv, qkv, impl, rope
-        self.rotary, self.rope_theta, self.srpe, self.max_len = positions, rope_theta, srpe, max_len
+        self.H, self.H_kv, self.qkv_layout, self.impl, self.rotates = H, H_kv, qkv, impl, rotates
+        self.positions, self.rope_theta, self.srpe, self.max_len = positions, rope_theta, srpe, max_len
         if positions == "srpe":
             check_srpe(*srpe, srpe_radius, max_len)            # a clear error before any table is built
         self.srpe_radius = srpe_radius
@@ -250,7 +272,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("ALiBi's bias is defined for past keys only: it needs causal=True")
         self.alibi = positions == "alibi"
         self.keys_differ = positions == "srpe" and srpe_radius == "offset"   # keys take the inverse radius
-        if rope:
+        if rotates:
             # (max_len, d_h/2) tables, computed in float64 and stored, rounded once, in the default dtype like the
             # weights (float32 normally: no float64 buffer, which Apple's MPS cannot hold). Like any buffer they
             # follow model.to(dtype); for bf16 training keep the weights in float32 and use autocast. Not saved.
@@ -262,10 +284,16 @@ class MultiHeadAttention(nn.Module):
                 self.register_buffer("key_cos", cos.to(torch.get_default_dtype()), persistent=False)
                 self.register_buffer("key_sin", sin.to(torch.get_default_dtype()), persistent=False)
 
+    # Earlier names, kept for lessons and learners' code (read-only): `rotary` held the positions string, `rope`
+    # was True for SRPE too, `mode` was the qkv layout.
+    rotary = property(lambda self: self.positions, doc="The positions inside attention: an alias of `positions`.")
+    rope = property(lambda self: self.rotates, doc="True when queries and keys are rotated: an alias of `rotates`.")
+    mode = property(lambda self: self.qkv_layout, doc="The qkv layout: an alias of `qkv_layout`.")
+
     def exact_coefficients(self, p: torch.Tensor, side: str = "query") -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin for positions p (1-D), each (len(p), d_h/2), computed afresh in float64 (positions.py), for
         the queries or the keys (`side`; the same unless srpe_radius="offset")."""
-        if self.rotary == "srpe":                                # c, s of eqs. 15-16
+        if self.positions == "srpe":                             # c, s of eqs. 15-16
             return srpe_coefficients(p, self.d_h, self.rope_theta, *self.srpe, radius=self.srpe_radius, side=side,
                                      centre=(self.max_len - 1) / 2)
         return rope_coefficients(p, self.d_h, self.rope_theta)
@@ -273,7 +301,7 @@ class MultiHeadAttention(nn.Module):
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries (B, H, T, d_h), keys and values (B, H_kv, T, d_h)."""
         B, T, _ = x.shape
-        if self.mode == "unified":
+        if self.qkv_layout == "unified":
             q, k, v = self.qkv(x).chunk(3, dim=-1)   # the seeking, offering and content bands
         else:
             q, k, v = self.q(x), self.k(x), self.v(x)
@@ -320,7 +348,7 @@ class MultiHeadAttention(nn.Module):
         T = x.shape[1]
         q, k, v = self.project(x)
         q_plain = q
-        if self.rope:
+        if self.rotates:
             start = cache.length if cache is not None else 0
             cos, sin = self.coefficients(start, T, positions)
             q = rotate(q, cos, sin)

@@ -59,7 +59,7 @@ def summarize(x: torch.Tensor, kind: str = "causal", cache: GCLACache | None = N
 
     kind="causal": position t gets the mean of x over positions 0..t, (B, T, d). With a cache, the mean runs over
     every position the cache has seen (their sum is kept in `cache.input_sum`; call before the layer appends).
-    The cache is checked first (`KVCache.check`), so a call it refuses leaves the running sum as it was.
+    The cache is checked first (`DecodingState.check`), so a call it refuses leaves the running sum as it was.
     kind="literal": the mean over the T positions of this call, (B, 1, d), the same for every position (eq. 20
     as printed; with a cache, each call averages only its own tokens, which is what a literal implementation does).
     """

@@ -16,7 +16,6 @@ Every choice is a field of `ModelConfig`; an ablation is a different config, nev
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
@@ -31,11 +30,11 @@ import torch.utils.checkpoint
 import torch.nn.functional as F
 from torch import nn
 
-from . import atm
-from .attention import ATTENTION_POSITIONS, IMPLS, QKV, KVCache, MultiHeadAttention, head_shape
+from . import atm, evaluating     # evaluating: also imported from here (generate, train, diffusion)
+from .attention import ATTENTION_POSITIONS, IMPLS, QKV, DecodingState, MultiHeadAttention, head_shape
 from .ffn import ACTIVATIONS, DSFF, FFNS, MLP, SwiGLU, swiglu_hidden
 from .gcla import GCLA, QUERIES, SUMMARIES, cross_layer_context
-from .moe import MoE
+from .moe import MoE, moe_layers, moe_stats
 from .norm import NORMS, LayerNorm, RMSNorm, WiolaRMSNorm
 from .positions import POSITIONS, check_srpe, sinusoidal
 from .ssm import KINDS as SSM_KINDS, SSM
@@ -77,10 +76,26 @@ def check_field_types(config, may_be_infinite: set[str] = frozenset()) -> None:
                              f"got {value!r}")
 
 
-# Fields added after models were shipped and runs saved; a config.json without them means their default, which is
-# what those models were built with.
-ADDED_LATER = {"srpe_radius", "norm_eps", "mixer", "ssm_state", "ssm_kind", "moe_experts", "moe_k", "moe_capacity",
-               "moe_aux", "moe_z", "causal"}
+# A field of `ModelConfig` declares its rules beside it, in its metadata (read back from `dataclasses.fields`), so a
+# new field is one line.
+
+def declared(default, *, choices: tuple = (), positive: bool = False, later: bool = False) -> dataclasses.Field:
+    """A config field with its rules: `choices`, the values it may take; `positive`, a positive int (or None where
+    its type allows None); `later`, added after models were shipped and runs saved, so a config.json without it
+    means its default, which is what those models were built with (`ADDED_LATER`)."""
+    return dataclasses.field(default=default, metadata={"choices": choices, "positive": positive, "later": later})
+
+
+def choice(default, options: tuple, later: bool = False) -> dataclasses.Field:
+    """A config field that takes one of `options`."""
+    return declared(default, choices=options, later=later)
+
+
+def positive(default, later: bool = False) -> dataclasses.Field:
+    """A config field that holds a positive int (or None, where its type says `int | None`)."""
+    return declared(default, positive=True, later=later)
+
+
 MIXERS = ("attention", "ssm")
 NORM_POSITIONS = ("pre", "post")
 
@@ -163,75 +178,90 @@ def check_rules(config, rules: list) -> None:
 class ModelConfig:
     """Every architectural choice of the model. Names follow the paper: d, L (n_layers), H, H_kv, V, T."""
 
-    vocab_size: int = 4096          # V
-    context: int = 512              # the longest sequence the model accepts (T_max)
-    d: int = 64                     # model width
-    n_layers: int = 4               # L
-    n_heads: int = 4                # H, query heads
-    n_kv_heads: int | None = None   # H_kv, key/value heads; None means H (multi-head attention)
-    d_ff: int | None = None         # the FFN's hidden width, read by ffn: an MLP's (None: 4d); a SwiGLU's (None:
-                                    # 8d/3 rounded up to 8); DSFF's wide GELU stream d_B (None: 4d; the narrow one
-                                    # is d_ff_a); each MoE expert's, a SwiGLU (None: 8d/3 as for SwiGLU)
-    d_ff_a: int | None = None       # DSFF's narrow SwiGLU stream width d_A (None: d)
-    ffn: str = "swiglu"             # "gelu", "relu", "silu" (an MLP), "swiglu", "dsff" or "moe" (mixture of
-                                    # experts, lesson 14: moe_experts SwiGLUs, moe_k of them active per token)
-    norm: str = "rmsnorm"           # "layernorm", "rmsnorm" or "wiola" (WiolaRMSNorm)
-    norm_position: str = "pre"      # "pre" (norm inside the residual branch) or "post" (after the residual add)
-    norm_eps: float | None = None   # eps inside every norm's root; None: 1e-5 for LayerNorm, 1e-6 for the RMS norms
-    positions: str = "rope"         # "rope", "srpe", "learned", "sinusoidal", "alibi" (a bias on the scores, no
-                                    # embedding and no rotation; lesson 12) or "none"
-    srpe_k: float = 8.0             # SRPE k_s (eq. 12); math.inf switches the secondary winding off
-    srpe_a: float = 0.05            # SRPE a_s (eq. 14), in [0, 1)
-    srpe_f: float = 1 / 16          # SRPE f_s (eq. 14)
-    srpe_radius: str = "paper"      # SRPE radius: "paper" (eq. 14, depends on absolute position) or "offset" (a
-                                    # log spiral, rho^(p - p') in the score: relative; lesson 06)
-    qkv: str = "separate"           # "separate" Q, K, V projections, or Yocto's "unified" one
-    attn_bias: bool = False         # biases in the token mixer's projections (attention's, or the SSM's)
-    ffn_bias: bool = False          # biases in the feed-forward layers
-    rope_theta: float = 10000.0     # theta_0 of Wiola eq. 11
-    dropout: float = 0.0            # on embeddings and on each residual branch, during training only
-    attention: str = "fused"        # "explicit", "fused" or "tiled": the same math, different kernels
-    init_std: float = 0.02          # std of the normal initialisation of weights
-    gcla: str = "off"               # Gated Cross-Layer Attention: "off", "causal" (prefix-mean summaries) or
-                                    # "literal" (eq. 20's mean over the whole sequence: leaks the future)
-    gcla_query: str = "plain"       # GCLA context query before rotation ("plain") or after it ("rotated", eq. 26)
-    gcla_phi: float = -3.0          # initial blend logit phi, beta = sigmoid(phi) (eq. 27)
-    atm: str = "off"                # Adaptive Token Merging in the middle third of the layers, during training:
-                                    # "off", "copy-forward" (causal) or "literal" (Algorithm 1: leaks the future)
-    atm_tau: float = 0.92           # ATM's cosine threshold tau
-    tie_head: bool = True           # the head reuses the embedding (Wiola eq. 7); False gives it its own V x d matrix
-                                    # (LLaMA-2, Mistral)
-    mixer: str = "attention"        # the token mixer: "attention" or "ssm" (a state-space layer, lesson 13: no heads,
-                                    # no positions inside, a fixed-size decoding state; attn_bias gives its
-                                    # projections biases)
-    ssm_state: int = 16             # N, the state size of each channel of the SSM (even for "s4d": N/2 complex modes)
-    ssm_kind: str = "s4d"           # "s4d" (fixed diagonal system, trained by FFT convolution) or "selective"
-                                    # (Mamba-style: step, B and C depend on the token; trained by the scan)
-    moe_experts: int = 8            # E, the experts of each MoE layer
-    moe_k: int = 2                  # k, experts active per token (1 <= k <= E)
-    moe_capacity: float = 0.0       # capacity factor: each expert takes at most ceil(factor k N / E) of a batch's N
-                                    # tokens, the rest are dropped (position by position, first come first served);
-                                    # 0: no limit
-    moe_aux: float = 0.01           # weight of the Switch load-balancing loss in the training loss
-    moe_z: float = 0.0              # weight of the router z-loss (ST-MoE; 0: off)
-    causal: bool = True             # the causal mask: True for a decoder (each token sees only its past); False
-                                    # for an encoder or a diffusion denoiser (every token sees every other: lesson
-                                    # 15). Without it there is no next-token prediction and no KV-cache decoding
+    vocab_size: int = positive(4096)                      # V
+    context: int = positive(512)                          # the longest sequence the model accepts (T_max)
+    d: int = positive(64)                                 # model width
+    n_layers: int = positive(4)                           # L
+    n_heads: int = positive(4)                            # H, query heads
+    n_kv_heads: int | None = positive(None)               # H_kv, key/value heads; None means H (multi-head attention)
+    d_ff: int | None = positive(None)                     # the FFN's hidden width, read by ffn: an MLP's (None: 4d); a
+                                                          # SwiGLU's (None: 8d/3 rounded up to 8); DSFF's wide GELU
+                                                          # stream d_B (None: 4d; the narrow one is d_ff_a); each MoE
+                                                          # expert's, a SwiGLU (None: 8d/3 as for SwiGLU)
+    d_ff_a: int | None = positive(None)                   # DSFF's narrow SwiGLU stream width d_A (None: d)
+    ffn: str = choice("swiglu", FFNS)                     # "gelu", "relu", "silu" (an MLP), "swiglu", "dsff" or "moe"
+                                                          # (mixture of experts, lesson 14: moe_experts SwiGLUs, moe_k
+                                                          # of them active per token)
+    norm: str = choice("rmsnorm", NORMS)                  # "layernorm", "rmsnorm" or "wiola" (WiolaRMSNorm)
+    norm_position: str = choice("pre", NORM_POSITIONS)    # "pre" (norm inside the residual branch) or "post" (after the
+                                                          # residual add)
+    norm_eps: float | None = declared(None, later=True)   # eps inside every norm's root; None: 1e-5 for LayerNorm, 1e-6
+                                                          # for the RMS norms
+    positions: str = choice("rope", POSITIONS)            # "rope", "srpe", "learned", "sinusoidal", "alibi" (a bias on
+                                                          # the scores, no embedding and no rotation; lesson 12) or
+                                                          # "none"
+    srpe_k: float = 8.0                                   # SRPE k_s (eq. 12); math.inf switches the secondary winding
+                                                          # off
+    srpe_a: float = 0.05                                  # SRPE a_s (eq. 14), in [0, 1)
+    srpe_f: float = 1 / 16                                # SRPE f_s (eq. 14)
+    srpe_radius: str = declared("paper", later=True)      # SRPE radius: "paper" (eq. 14, depends on absolute position)
+                                                          # or "offset" (a log spiral, rho^(p - p') in the score:
+                                                          # relative; lesson 06)
+    qkv: str = choice("separate", QKV)                    # "separate" Q, K, V projections, or Yocto's "unified" one
+    attn_bias: bool = False                               # biases in the token mixer's projections (attention's, or the
+                                                          # SSM's)
+    ffn_bias: bool = False                                # biases in the feed-forward layers
+    rope_theta: float = 10000.0                           # theta_0 of Wiola eq. 11
+    dropout: float = 0.0                                  # on embeddings and on each residual branch, during training
+                                                          # only
+    attention: str = choice("fused", IMPLS)               # "explicit", "fused" or "tiled": the same math, different
+                                                          # kernels
+    init_std: float = 0.02                                # std of the normal initialisation of weights
+    gcla: str = choice("off", ("off", *SUMMARIES))        # Gated Cross-Layer Attention: "off", "causal" (prefix-mean
+                                                          # summaries) or "literal" (eq. 20's mean over the whole
+                                                          # sequence: leaks the future)
+    gcla_query: str = choice("plain", QUERIES)            # GCLA context query before rotation ("plain") or after it
+                                                          # ("rotated", eq. 26)
+    gcla_phi: float = -3.0                                # initial blend logit phi, beta = sigmoid(phi) (eq. 27)
+    atm: str = choice("off", ("off", *atm.KINDS))         # Adaptive Token Merging in the middle third of the layers,
+                                                          # during training: "off", "copy-forward" (causal) or "literal"
+                                                          # (Algorithm 1: leaks the future)
+    atm_tau: float = 0.92                                 # ATM's cosine threshold tau
+    tie_head: bool = True                                 # the head reuses the embedding (Wiola eq. 7); False gives it
+                                                          # its own V x d matrix (LLaMA-2, Mistral)
+    mixer: str = choice("attention", MIXERS, later=True)  # the token mixer: "attention" or "ssm" (a state-space layer,
+                                                          # lesson 13: no heads, no positions inside, a fixed-size
+                                                          # decoding state; attn_bias gives its projections biases)
+    ssm_state: int = positive(16, later=True)             # N, the state size of each channel of the SSM (even for
+                                                          # "s4d": N/2 complex modes)
+    ssm_kind: str = choice("s4d", SSM_KINDS, later=True)  # "s4d" (fixed diagonal system, trained by FFT convolution) or
+                                                          # "selective" (Mamba-style: step, B and C depend on the token;
+                                                          # trained by the scan)
+    moe_experts: int = positive(8, later=True)            # E, the experts of each MoE layer
+    moe_k: int = positive(2, later=True)                  # k, experts active per token (1 <= k <= E)
+    moe_capacity: float = declared(0.0, later=True)       # capacity factor: each expert takes at most ceil(factor k N /
+                                                          # E) of a batch's N tokens, the rest are dropped (position by
+                                                          # position, first come first served); 0: no limit
+    moe_aux: float = declared(0.01, later=True)           # weight of the Switch load-balancing loss in the training
+                                                          # loss
+    moe_z: float = declared(0.0, later=True)              # weight of the router z-loss (ST-MoE; 0: off)
+    causal: bool = declared(True, later=True)             # the causal mask: True for a decoder (each token sees only
+                                                          # its past); False for an encoder or a diffusion denoiser
+                                                          # (every token sees every other: lesson 15). Without it there
+                                                          # is no next-token prediction and no KV-cache decoding
 
     def __post_init__(self):
-        choices = {"ffn": FFNS, "norm": NORMS, "norm_position": NORM_POSITIONS, "positions": POSITIONS,
-                   "qkv": QKV, "attention": IMPLS, "gcla": ("off", *SUMMARIES), "gcla_query": QUERIES,
-                   "atm": ("off", *atm.KINDS), "mixer": MIXERS, "ssm_kind": SSM_KINDS}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        for name in ("vocab_size", "context", "d", "n_layers", "n_heads", "n_kv_heads", "d_ff", "d_ff_a", "ssm_state",
-                     "moe_experts", "moe_k"):
-            value = getattr(self, name)
-            if value is None and name in ("n_kv_heads", "d_ff", "d_ff_a"):
+        fields = dataclasses.fields(self)
+        for f in fields:                             # each field's own rules (`declared`): its choices first...
+            allowed, value = f.metadata.get("choices"), getattr(self, f.name)
+            if allowed and value not in allowed:
+                raise ValueError(f"{f.name} must be one of {allowed}, got {value!r}")
+        for f in fields:                             # ...then the positive ints
+            value = getattr(self, f.name)
+            if not f.metadata.get("positive") or (value is None and field_types(type(self))[f.name][1]):
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                raise ValueError(f"{f.name} must be a positive int, got {value!r}")
         check_field_types(self, may_be_infinite={"srpe_k"})     # srpe_k = inf switches the second winding off
         if not self.rope_theta > 0:
             raise ValueError(f"rope_theta must be > 0, got {self.rope_theta}")
@@ -272,6 +302,10 @@ class ModelConfig:
             return 4 * self.d if self.d_ff is None else self.d_ff
         raise unknown_kind("ffn", self.ffn, FFNS)
 
+
+# The fields added after models were shipped (`declared(..., later=True)`): a saved config.json without one means
+# its default.
+ADDED_LATER = frozenset(f.name for f in dataclasses.fields(ModelConfig) if f.metadata.get("later"))
 
 WIOLA = dict(norm="wiola", positions="srpe", gcla="causal", atm="copy-forward")   # the five parts, causal forms
 
@@ -455,17 +489,19 @@ def check_ids(idx: torch.Tensor, cfg: ModelConfig, start: int = 0) -> None:
 
 
 class Block(nn.Module):
-    """One decoder block: attention then feed-forward, each in a residual branch with its norm.
+    """One decoder block: the token mixer (attention, GCLA or an SSM) then feed-forward, each in a residual branch
+    with its norm.
 
-    With GCLA the attention also reads the cross-layer `context`; with ATM (`merges=True`, in training only) the
+    With GCLA the mixer also reads the cross-layer `context`; with ATM (`merges=True`, in training only) the
     attention runs on merged tokens and its output is unmerged before the residual add (Wiola: between eqs. 1-2).
+    A merging block's `stats()` reports ATM's "atm_mu", which it declares an evaluation mean (`evaluation_means`).
     """
 
     def __init__(self, cfg: ModelConfig, merges: bool = False):
         super().__init__()
         self.pre = pre_norm(cfg)
         self.norm1 = make_norm(cfg)
-        self.attn = make_mixer(cfg)         # named attn in state_dicts (saved models: blocks.N.attn.*); also .mixer
+        self.attn = make_mixer(cfg)         # the mixer (`.mixer`); saved models name it blocks.N.attn.*
         self.norm2 = make_norm(cfg)
         self.ffn = make_ffn(cfg)
         self.drop = nn.Dropout(cfg.dropout)
@@ -474,19 +510,21 @@ class Block(nn.Module):
         self.merge_kind = cfg.atm if merges else None
         self.tau = cfg.atm_tau
         self.last_slot: torch.Tensor | None = None      # the last merge plan (B, T), for lessons and logs
+        self.evaluation_means = ("atm_mu",) if merges else ()   # statistics an evaluation record holds as means
 
     @property
     def mixer(self) -> nn.Module:
-        """The token mixer (attention, GCLA or an SSM: `make_mixer`), registered as `attn`."""
+        """The token mixer (attention, GCLA or an SSM: `make_mixer`). It is registered under the name `attn`, which
+        saved models' tensor names (blocks.N.attn.*) and parameter names keep."""
         return self.attn
 
-    def attention(self, h: torch.Tensor, cache: KVCache | None, context: torch.Tensor | None) -> torch.Tensor:
+    def mix(self, h: torch.Tensor, cache: DecodingState | None, context: torch.Tensor | None) -> torch.Tensor:
         """The token-mixing branch on the normed input h, with token merging when this layer merges and trains."""
         if self.merge_kind is None or not self.training:
-            return self.attn(h, context=context, cache=cache)
+            return self.mixer(h, context=context, cache=cache)
         if cache is not None:
             raise ValueError("token merging runs in training only; decode with model.eval()")
-        out, self.last_slot = atm.merged_attention(self.attn, h, self.tau, self.merge_kind, context)
+        out, self.last_slot = atm.merged_attention(self.mixer, h, self.tau, self.merge_kind, context)
         return out
 
     def stats(self) -> dict[str, float]:
@@ -496,12 +534,12 @@ class Block(nn.Module):
             return {}
         return {"atm_mu": atm.merge_ratio(self.last_slot)}
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, context: torch.Tensor | None = None
+    def forward(self, x: torch.Tensor, cache: DecodingState | None = None, context: torch.Tensor | None = None
                 ) -> torch.Tensor:
         if self.pre:
-            x = x + self.drop(self.attention(self.norm1(x), cache, context))
+            x = x + self.drop(self.mix(self.norm1(x), cache, context))
             return x + self.drop(self.ffn(self.norm2(x)))
-        x = self.norm1(x + self.drop(self.attention(x, cache, context)))
+        x = self.norm1(x + self.drop(self.mix(x, cache, context)))
         return self.norm2(x + self.drop(self.ffn(x)))
 
 
@@ -532,10 +570,10 @@ class LanguageModel(nn.Module):
         """One module's initialisation with this model's init_std (`init_module`)."""
         init_module(module, self.config.init_std)
 
-    def new_cache(self) -> list[KVCache]:
-        """An empty decoding state, one per layer (each mixer makes its own: a KV cache, GCLA's adds a running
-        sum, an SSM's is its fixed-size state `ssm.SSMState`), for incremental decoding."""
-        return [block.attn.new_cache(self.config.context) for block in self.blocks]
+    def new_cache(self) -> list[DecodingState]:
+        """An empty decoding state, one per layer (each mixer makes its own `DecodingState`: a KV cache, GCLA's adds
+        a running sum, an SSM's is its fixed-size state `ssm.SSMState`), for incremental decoding."""
+        return [block.mixer.new_cache(self.config.context) for block in self.blocks]
 
     def aux_loss(self) -> torch.Tensor:
         """The sum of what the layers add to the training loss over their latest forward (each layer's
@@ -554,39 +592,26 @@ class LanguageModel(nn.Module):
                 out.setdefault(name, []).append(value)
         return out
 
-    def moe_layers(self) -> list[MoE]:
-        """The mixture-of-experts feed-forward layers, in layer order (empty unless ffn="moe")."""
-        return [block.ffn for block in self.blocks if isinstance(block.ffn, MoE)]
+    def leaves_parameters_unused(self) -> bool:
+        """True when a step may leave some parameters without a gradient: a layer says so itself (its
+        `leaves_parameters_unused`; MoE's experts can get no token). DDP must be told (`find_unused_parameters`)."""
+        return any(getattr(layer, "leaves_parameters_unused", False) for layer in self.blocks.modules())
 
-    def moe_stats(self) -> dict[str, torch.Tensor]:
-        """The MoE layers' latest forward as tensors (for analysis; the trainer logs `stats()`): {"moe_load":
-        (layers, E) fraction of assignments per expert, "moe_dropped": (layers,) fraction dropped}; {} without MoE."""
-        layers = [layer for layer in self.moe_layers() if layer.load is not None]
-        if not layers:
-            return {}
-        return {"moe_load": torch.stack([layer.load.float().cpu() for layer in layers]),
-                "moe_dropped": torch.stack([layer.dropped.float().cpu() for layer in layers])}
+    def evaluation_means(self) -> frozenset[str]:
+        """The statistics of `stats()` that layers declare evaluation means (their `evaluation_means`: ATM's merging
+        blocks "atm_mu"): an evaluation record holds each as its mean over the steps since the last one."""
+        return frozenset(name for layer in self.blocks.modules() for name in getattr(layer, "evaluation_means", ()))
 
-    @torch.no_grad()
-    def atm_similarities(self, idx: torch.Tensor) -> torch.Tensor:
-        """rho (eq. 30) of neighbouring tokens in the normed input of each of ATM's layers (the middle third) for
-        ids idx (B, T): (B * layers, T - 1). With ATM off too: what ATM would see there (to calibrate its tau)."""
-        seen = []
-        layers = [self.blocks[i].norm1 for i in atm.atm_layers(len(self.blocks))]
-        hooks = [norm.register_forward_hook(lambda module, args, out: seen.append(out)) for norm in layers]
-        try:
-            with evaluating(self):                    # a forward without merging
-                self(idx)
-        finally:
-            for hook in hooks:
-                hook.remove()
-        return torch.cat([atm.similarity(h) for h in seen])
+    # Earlier methods named for one feature, kept for lessons and benchmarks: the functions live in moe.py and atm.py.
+    moe_layers = moe_layers
+    moe_stats = moe_stats
+    atm_similarities = atm.atm_similarities
 
     def check_ids(self, idx: torch.Tensor, start: int = 0) -> None:
         """Raise ValueError unless idx is a (B, T) integer tensor of valid ids that fits the context."""
         check_ids(idx, self.config, start)
 
-    def forward(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, cache: list[DecodingState] | None = None) -> torch.Tensor:
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"cache has {len(cache)} layers, the model {len(self.blocks)}: use model.new_cache()")
         if cache is not None and not self.config.causal:
@@ -683,21 +708,6 @@ def load_weights(model: nn.Module, path: Path, prefix: str = "") -> None:
     if problems:
         raise ValueError(f"checkpoint {path.parent} does not match its config: " + "; ".join(problems))
     model.load_state_dict(saved)
-
-
-@contextlib.contextmanager
-def evaluating(model):
-    """Within the block `model` is in eval mode (no dropout, no token merging); afterwards it is back in the mode it
-    was in, even when the block raised. Anything else (a function wrapping a model) passes through untouched."""
-    if not isinstance(model, nn.Module):
-        yield model
-        return
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
 
 
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:

@@ -71,7 +71,9 @@ logits small, where a softmax in low precision stays accurate; optional (weight 
 After each forward the layer keeps `aux_loss` (L_bal), `z_loss` (L_z), `load` (f, E numbers) and `dropped` (the
 fraction of the k N assignments dropped). It reports them the way any layer with a loss or a statistic does:
 `added_loss(cfg)` is moe_aux L_bal + moe_z L_z, which the model sums over its layers into the training loss
-(`model.LanguageModel.aux_loss`), and `stats()` gives load and dropped, which the trainer logs.
+(`model.LanguageModel.aux_loss`), and `stats()` gives load and dropped, which the trainer logs. An expert that gets
+no token in a step has no gradient, so the layer says it `leaves_parameters_unused` (a data-parallel trainer must
+expect it). `moe_layers(model)` and `moe_stats(model)` find a model's MoE layers and stack what they measured.
 
 **Dispatch and its cost.** The layer loops over the experts: each gathers its tokens (`index_select`), runs on
 them, and adds its weighted output back in place (`index_add_`). The arithmetic is k N SwiGLUs plus the router's
@@ -113,6 +115,8 @@ class MoE(nn.Module):
 
     The second-to-last dimension of the input is the position (it sets the order tokens are served in when
     capacity is limited); leading ones are the batch. `capacity_factor` None or <= 0: no capacity limit."""
+
+    leaves_parameters_unused = True      # an expert no token chose in a step gets no gradient
 
     def __init__(self, d: int, hidden: int, n_experts: int = 8, k: int = 2, capacity_factor: float | None = None,
                  bias: bool = False):
@@ -173,3 +177,18 @@ class MoE(nn.Module):
             return {}
         return {"moe_load": [round(f, 4) for f in self.load.float().tolist()],
                 "moe_dropped": round(self.dropped.float().item(), 4)}
+
+
+def moe_layers(model: nn.Module) -> list[MoE]:
+    """The mixture-of-experts feed-forward layers of `model`, in layer order (empty unless ffn="moe")."""
+    return [layer for layer in model.modules() if isinstance(layer, MoE)]
+
+
+def moe_stats(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The MoE layers' latest forward as tensors (for analysis; the trainer logs `stats()`): {"moe_load":
+    (layers, E) fraction of assignments per expert, "moe_dropped": (layers,) fraction dropped}; {} without MoE."""
+    layers = [layer for layer in moe_layers(model) if layer.load is not None]
+    if not layers:
+        return {}
+    return {"moe_load": torch.stack([layer.load.float().cpu() for layer in layers]),
+            "moe_dropped": torch.stack([layer.dropped.float().cpu() for layer in layers])}

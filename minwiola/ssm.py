@@ -54,6 +54,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .attention import DecodingState
+
 METHODS = ("zoh", "bilinear", "euler")
 KINDS = ("s4d", "selective")
 DT_MIN, DT_MAX = 1e-3, 1e-1          # the range the layer's step sizes start in (S4D's defaults)
@@ -269,27 +271,20 @@ def causal_conv_fft(u: torch.Tensor, K: torch.Tensor, D=0.0) -> torch.Tensor:
 
 # --------------------------------------------------------------------------------------------- the layer
 
-class SSMState:
+class SSMState(DecodingState):
     """One SSM layer's decoding state: the state x, (B, d, N/2) complex for kind="s4d" or (B, d, N) real for
     "selective" (allocated on first use), and `length`, the tokens seen (the model starts positions there). Its
     size is fixed: a thousand tokens later it holds the same d N numbers, where a KV cache holds 2 T H_kv d_h."""
 
     def __init__(self, max_len: int | None = None):
         # max_len is taken for the mixers' common `new_cache(max_len)`; nothing here grows with it (the model's
-        # context still limits the sequence)
-        self.length = 0
+        # context still limits the sequence), so the state has no max_len of its own
+        super().__init__(None)
         self.x: torch.Tensor | None = None
 
     def batch(self) -> int | None:
         """How many sequences the state holds (None while empty)."""
         return None if self.x is None else self.x.shape[0]
-
-    def check(self, B: int, T: int) -> None:
-        """Raise ValueError unless a batch of B sequences continues the ones held (before anything changes)."""
-        held = self.batch()
-        if held is not None and held != B:
-            raise ValueError(f"a batch of {B} sequences does not match the cache, which holds {held}: "
-                             f"a decoding state continues the sequences it was filled with")
 
     def nbytes(self) -> int:
         """Memory held by the state, in bytes: constant in T."""

@@ -9,7 +9,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from minwiola.budget import count_params, dsff_widths, forward_flops, kv_cache_bytes, layer_flops, param_breakdown
 from minwiola.gcla import GCLA
 from minwiola.generate import load_model
-from minwiola.model import PRESETS, LanguageModel, preset
+from minwiola.model import MIXERS, PRESETS, LanguageModel, preset
 from minwiola.tokenizer import default_tokenizer
 
 
@@ -91,9 +91,9 @@ def test_kv_cache_formula_matches_a_real_cache():
 SMALL_PRESETS = sorted(name for name in PRESETS if count_params(preset(name)) <= 20_000_000)
 
 
-@pytest.mark.parametrize("name", SMALL_PRESETS)
-def test_forward_flops_match_pytorch_flop_counter(name):
-    cfg = preset(name, attention="explicit")
+def counted_and_predicted_flops(cfg) -> tuple[int, int]:
+    """The FLOPs PyTorch's counter sees in a forward of min(context, 64) tokens of `cfg`'s model, and what
+    `forward_flops` predicts the counter sees."""
     model = LanguageModel(cfg).eval()
     T = min(cfg.context, 64)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
@@ -103,7 +103,23 @@ def test_forward_flops_match_pytorch_flop_counter(name):
     # (gcla.context_attention; test_gcla_atm.py checks them against eq. 26 written with matrix products)
     unseen = cfg.n_layers * sum(v for k, v in layer_flops(cfg, T).items()
                                 if any(word in k for word in ("kernel", "FFT", "scan", "context scores")))
-    assert counter.get_total_flops() == round((forward_flops(cfg, T) - unseen) * T)
+    return counter.get_total_flops(), round((forward_flops(cfg, T) - unseen) * T)
+
+
+@pytest.mark.parametrize("name", SMALL_PRESETS)
+def test_forward_flops_match_pytorch_flop_counter(name):
+    counted, predicted = counted_and_predicted_flops(preset(name, attention="explicit"))
+    assert counted == predicted
+
+
+@pytest.mark.parametrize("kind", MIXERS)
+def test_every_mixer_is_counted_as_it_is_built(kind):
+    """Each token mixer of model.MIXERS, without a preset of its own: parameters and FLOPs as counted by hand equal
+    the built model's (positions outside the mixer, which every mixer takes)."""
+    cfg = preset("tiny-llama", mixer=kind, positions="learned", attention="explicit")
+    assert count_params(cfg) == LanguageModel(cfg).n_params()
+    counted, predicted = counted_and_predicted_flops(cfg)
+    assert counted == predicted
 
 
 def test_the_flop_test_covers_every_kind_of_preset():

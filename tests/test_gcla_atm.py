@@ -311,6 +311,28 @@ def test_every_mixer_has_one_signature_and_its_own_decoding_state():
     assert all(type(c) is KVCache and not hasattr(c, "input_sum") for c in plain.new_cache())
 
 
+def test_every_decoding_state_is_one_protocol_with_one_check():
+    """KVCache, GCLACache and SSMState are DecodingStates: one `check` (the base class's, never a copy), which
+    refuses another batch for all of them and a full cache only where a max_len bounds the state."""
+    from minwiola.attention import DecodingState
+    from minwiola.ssm import SSMState
+    for name in ("tiny-llama", "wiola-tiny", "tiny-ssm"):
+        assert all(isinstance(state, DecodingState) for state in LanguageModel(preset(name)).new_cache())
+    for kind in (KVCache, GCLACache, SSMState):
+        assert kind.check is DecodingState.check
+    kv, gcla, ssm = KVCache(4), GCLACache(4), SSMState(4)
+    kv.append(torch.zeros(2, 1, 3, 8), torch.zeros(2, 1, 3, 8))
+    summarize(torch.zeros(2, 3, 8), "causal", gcla)                # GCLA's running sum holds the batch first
+    ssm.x, ssm.length = torch.zeros(2, 8, 4), 3
+    for state in (kv, gcla, ssm):
+        with pytest.raises(ValueError, match="a batch of 1 sequences does not match the cache, which holds 2"):
+            state.check(1, 1)
+        state.check(2, 1)
+    with pytest.raises(ValueError, match=r"KVCache holds at most max_len=4 positions; 3 \+ 2 new ones do not fit"):
+        kv.check(2, 2)
+    ssm.check(2, 1000)                                            # a fixed-size state: nothing in it ends
+
+
 def test_tau_for_ratio_finds_the_threshold_that_merges_the_target_share():
     """Calibrating ATM (lesson 11): the tau returned merges at least the target, and any higher tau merges less."""
     torch.manual_seed(0)
@@ -334,7 +356,8 @@ def test_atm_similarities_read_the_normed_input_of_the_middle_layers():
         h = model.blocks[0](x)                             # the middle third of 3 layers is layer 1
         expected = atm.similarity(model.blocks[1].norm1(h))
     model.train()
-    assert torch.allclose(model.atm_similarities(idx), expected, atol=1e-6) and model.training
+    assert torch.allclose(atm.atm_similarities(model, idx), expected, atol=1e-6) and model.training
+    assert LanguageModel.atm_similarities is atm.atm_similarities      # the model's method: an alias (benchmarks)
 
 
 def test_cross_layer_context_chains_the_summaries_from_layer_to_layer():

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from minwiola import data
+from minwiola.attention import DecodingState
 from minwiola.generate import generate, generate_ids, sample_next, top_p_filter
-from minwiola.model import PRESETS, LanguageModel, ModelConfig, evaluating, initial_loss, preset
+from minwiola.model import MIXERS, PRESETS, LanguageModel, ModelConfig, evaluating, initial_loss, preset
 from minwiola.tokenizer import default_tokenizer
 from helpers import big_model, fit, ids
 
@@ -49,18 +50,40 @@ def test_causality(name):
     assert (a[:, -1] - b[:, -1]).abs().max() > 1e-3               # and the change is visible where it may be
 
 
+def decoded(model, x) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits of x (B, T) decoded through fresh decoding states: a token at a time, and in two chunks."""
+    cache = model.new_cache()
+    steps = torch.cat([model(x[:, t:t + 1], cache) for t in range(x.shape[1])], dim=1)
+    cache = model.new_cache()
+    chunks = torch.cat([model(x[:, :13], cache), model(x[:, 13:], cache)], dim=1)
+    return steps, chunks
+
+
 @pytest.mark.parametrize("name", CAUSAL)
 @pytest.mark.parametrize("attention", ["explicit", "fused", "tiled"])
 def test_cached_decoding_matches_the_full_forward(name, attention):
     model = big_model(name, attention=attention)
     x = ids(model, T=20)
     full = model(x)
-    cache = model.new_cache()
-    steps = torch.cat([model(x[:, t:t + 1], cache) for t in range(x.shape[1])], dim=1)
+    steps, chunks = decoded(model, x)
     assert (steps - full).abs().max() < 1e-10
-    cache = model.new_cache()
-    chunks = torch.cat([model(x[:, :13], cache), model(x[:, 13:], cache)], dim=1)
     assert (chunks - full).abs().max() < 1e-10
+
+
+@pytest.mark.parametrize("kind", MIXERS)
+def test_every_mixer_is_causal_and_decodes_through_its_own_state(kind):
+    """Each token mixer of model.MIXERS, without a preset of its own (positions outside the mixer, which every
+    mixer takes): a changed last token reaches no earlier logit (to rounding: an FFT's reaches every position), and
+    decoding through the mixer's decoding state gives the full forward's logits."""
+    model = big_model("tiny-llama", mixer=kind, positions="learned")
+    x = ids(model, T=20)
+    y = x.clone()
+    y[:, -1] = (y[:, -1] + 1) % model.config.vocab_size
+    full, changed = model(x), model(y)
+    assert (full[:, :-1] - changed[:, :-1]).abs().max() < 1e-12 < (full[:, -1] - changed[:, -1]).abs().max()
+    assert all(isinstance(state, DecodingState) for state in model.new_cache())
+    steps, chunks = decoded(model, x)
+    assert (steps - full).abs().max() < 1e-10 and (chunks - full).abs().max() < 1e-10
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2", "wiola-tiny"])
@@ -69,7 +92,7 @@ def test_alibi_models_are_causal_and_cached_decoding_matches_the_full_forward(na
     """ALiBi (lesson 12) with GQA (tiny-llama, wiola-tiny), biases and no GQA (tiny-gpt2), GCLA (wiola-tiny)."""
     model = big_model(name, positions="alibi", attention=attention)
     assert not hasattr(model, "pos") and not hasattr(model, "pos_table")       # no position embedding
-    assert all(b.attn.alibi and not b.attn.rope for b in model.blocks)         # a bias, no rotation
+    assert all(b.mixer.alibi and not b.mixer.rotates for b in model.blocks)    # a bias, no rotation
     x = ids(model, T=20)
     y = x.clone()
     y[:, 12] = (y[:, 12] + 1) % model.config.vocab_size                        # a future token for 0..11
@@ -264,7 +287,7 @@ def test_the_config_derives_the_head_shape_once():
     for name in PRESETS:
         cfg = preset(name)
         assert head_shape(cfg.d, cfg.n_heads, cfg.n_kv_heads, cfg.qkv) == (cfg.H_kv, cfg.d_h), name
-    attn = LanguageModel(preset("wiola-tiny")).blocks[0].attn
+    attn = LanguageModel(preset("wiola-tiny")).blocks[0].mixer
     assert (attn.H_kv, attn.d_h) == (preset("wiola-tiny").H_kv, preset("wiola-tiny").d_h)
 
 
@@ -412,3 +435,59 @@ def test_evaluating_puts_the_former_mode_back_even_after_an_error(training):
     function = lambda ids: model(ids)                    # not a module: passed through, nothing to switch
     with evaluating(function) as same:
         assert same is function and model.training == training
+
+
+def test_each_config_field_declares_its_rules_beside_it(tmp_path):
+    """A field's choices, its positive-int rule and whether it was added after models were shipped are its own
+    metadata (`model.declared`): the config's checks and `ADDED_LATER` are read from there, one line a field."""
+    import dataclasses
+    import json
+    import re
+    from minwiola.model import ADDED_LATER
+    rules = {f.name: f.metadata for f in dataclasses.fields(ModelConfig)}
+    assert ADDED_LATER == {"srpe_radius", "norm_eps", "mixer", "ssm_state", "ssm_kind", "moe_experts", "moe_k",
+                           "moe_capacity", "moe_aux", "moe_z", "causal"}          # what shipped models lack
+    assert [name for name, rule in rules.items() if rule.get("positive")] == [
+        "vocab_size", "context", "d", "n_layers", "n_heads", "n_kv_heads", "d_ff", "d_ff_a", "ssm_state",
+        "moe_experts", "moe_k"]
+    assert [name for name, rule in rules.items() if rule.get("choices")] == [
+        "ffn", "norm", "norm_position", "positions", "qkv", "attention", "gcla", "gcla_query", "atm", "mixer",
+        "ssm_kind"]
+    for name, rule in rules.items():
+        if rule.get("choices"):
+            with pytest.raises(ValueError, match=f"^{name} must be one of {re.escape(str(rule['choices']))}, "
+                                                 f"got 'unheard-of'$"):
+                ModelConfig(**{name: "unheard-of"})
+        if rule.get("positive"):
+            with pytest.raises(ValueError, match=f"^{name} must be a positive int, got 0$"):
+                ModelConfig(**{name: 0})
+    LanguageModel(preset("tiny-llama")).save_pretrained(tmp_path)           # a config.json of before those fields
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k not in ADDED_LATER}))
+    assert LanguageModel.from_pretrained(tmp_path).config == preset("tiny-llama")
+
+
+def test_the_trainer_asks_the_layers_what_they_do():
+    """Layers declare what a trainer must know: a MoE may leave parameters unused in a step (DDP's
+    find_unused_parameters), ATM's merging blocks report "atm_mu" as an evaluation mean. The model collects both."""
+    from minwiola.moe import MoE
+    moe, wiola, llama = (LanguageModel(preset(name)) for name in ("tiny-moe", "wiola-tiny", "tiny-llama"))
+    assert MoE.leaves_parameters_unused and moe.leaves_parameters_unused()
+    assert not wiola.leaves_parameters_unused() and not llama.leaves_parameters_unused()
+    assert wiola.evaluation_means() == {"atm_mu"} and moe.evaluation_means() == llama.evaluation_means() == set()
+    wiola.train()(torch.randint(0, 64, (2, 16)))
+    assert wiola.evaluation_means() <= set(wiola.stats())                 # each one a statistic the model reports
+
+
+def test_the_mixer_names_say_what_they_hold_and_the_old_ones_still_read():
+    """MultiHeadAttention's `positions`, `rotates` and `qkv_layout`; the earlier `rotary`, `rope` and `mode` are
+    read-only aliases (lessons and learners' code read them)."""
+    for name, positions, rotates, layout in [("tiny-llama", "rope", True, "separate"), ("wiola-tiny", "srpe", True,
+                                             "separate"), ("tiny-yocto", "rope", True, "unified"),
+                                             ("tiny-gpt2", "none", False, "separate")]:
+        mixer = LanguageModel(preset(name)).blocks[0].mixer
+        assert (mixer.positions, mixer.rotates, mixer.qkv_layout) == (positions, rotates, layout)
+        assert (mixer.rotary, mixer.rope, mixer.mode) == (positions, rotates, layout)
+        for old in ("rotary", "rope", "mode"):
+            with pytest.raises(AttributeError):
+                setattr(mixer, old, None)

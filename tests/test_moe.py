@@ -12,7 +12,7 @@ from minwiola.budget import (active_params, count_params, ffn_flops, forward_flo
                              param_breakdown)
 from minwiola.ffn import SwiGLU
 from minwiola.model import LanguageModel, ModelConfig, preset
-from minwiola.moe import MoE, balancing_loss, capacity
+from minwiola.moe import MoE, balancing_loss, capacity, moe_layers, moe_stats
 from helpers import big_model, ids
 
 
@@ -204,7 +204,7 @@ def test_the_model_is_causal_with_and_without_a_capacity_limit(factor):
     a, b = model(x), model(y)
     assert (a[:, :12] - b[:, :12]).abs().max() < 1e-12
     assert (a[:, 12:] - b[:, 12:]).abs().max() > 1e-3
-    assert all((layer.dropped > 0) == (factor > 0) for layer in model.moe_layers())
+    assert all((layer.dropped > 0) == (factor > 0) for layer in moe_layers(model))
 
 
 def test_with_a_capacity_limit_the_rows_of_a_batch_are_coupled():
@@ -234,9 +234,9 @@ def test_cached_decoding_equals_the_full_forward():
     cache = model.new_cache()
     for t in range(20):
         model(x[:1, t:t + 1], cache)
-        assert all(layer.dropped == 0 for layer in model.moe_layers())
+        assert all(layer.dropped == 0 for layer in moe_layers(model))
     model(x[:1])
-    assert all(layer.dropped > 0 for layer in model.moe_layers())
+    assert all(layer.dropped > 0 for layer in moe_layers(model))
 
 
 def test_bf16_autocast_and_activation_checkpointing():
@@ -312,7 +312,7 @@ def test_budget_counts_total_and_active_parameters_and_flops():
     model, T = LanguageModel(cfg).eval(), 16
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model(torch.zeros(1, T, dtype=torch.long))
-    assert all(layer.dropped == 0 for layer in model.moe_layers())
+    assert all(layer.dropped == 0 for layer in moe_layers(model))
     products = {k: v for k, v in layer_flops(cfg, T).items() if "core" not in k}     # the fused core is not counted
     assert counter.get_total_flops() == T * (cfg.n_layers * sum(products.values()) + 2 * cfg.d * cfg.vocab_size)
 
@@ -357,9 +357,13 @@ def test_the_model_gathers_what_its_layers_report_without_knowing_them():
     model = LanguageModel(preset("tiny-moe", vocab_size=64, context=16))
     assert model.stats() == {} and model.aux_loss().item() == 0                 # before a forward: nothing
     model(torch.randint(0, 64, (2, 8)))
-    stats, layers = model.stats(), model.moe_layers()
+    stats, layers = model.stats(), moe_layers(model)
     assert stats["moe_load"] == [[round(f, 4) for f in layer.load.tolist()] for layer in layers]
     assert stats["moe_dropped"] == [round(layer.dropped.item(), 4) for layer in layers]
+    stacked = moe_stats(model)                          # the same as tensors, (layers, E) and (layers,)
+    assert torch.equal(stacked["moe_load"], torch.stack([layer.load for layer in layers]))
+    assert stacked["moe_dropped"].shape == (2,) and moe_stats(LanguageModel(preset("tiny-llama"))) == {}
+    assert (LanguageModel.moe_layers, LanguageModel.moe_stats) == (moe_layers, moe_stats)   # aliases (benchmarks)
     cfg = model.config
     by_hand = sum(cfg.moe_aux * layer.aux_loss + cfg.moe_z * layer.z_loss for layer in layers)
     assert torch.allclose(model.aux_loss(), by_hand, rtol=1e-6, atol=0)

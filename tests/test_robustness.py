@@ -39,7 +39,7 @@ def test_no_preset_holds_a_float64_tensor(name):
 def test_a_float64_model_rotates_with_exact_coefficients(name):
     """Tables stored in float32 and upcast by `.double()` would be ~1e-8 off; float64 must stay exact."""
     model = LanguageModel(preset(name)).double()
-    attn = model.blocks[0].attn
+    attn = model.blocks[0].mixer
     reference = srpe_coefficients if name.startswith("wiola") else rope_coefficients
     p = torch.arange(model.config.context)
     c, s = reference(p, attn.d_h)

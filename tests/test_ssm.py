@@ -312,7 +312,7 @@ def test_the_trainer_trains_an_ssm_and_generate_loads_it(small_data, tmp_path, c
     assert train_cli.main(args) == 0
     assert json.loads((out / "config.json").read_text())["model"]["mixer"] == "ssm"
     model, _ = load_model(out)
-    assert isinstance(model.blocks[0].attn, SSM)
+    assert isinstance(model.blocks[0].mixer, SSM)
     assert generate_main([str(out), "Once upon a time", "--tokens", "5"]) == 0
     assert capsys.readouterr().out.count("Once upon a time")
     assert train_cli.main(["--out", str(tmp_path / "bad"), *args[2:-4], "mixer=ssm", "d=32"]) == 1   # with RoPE

@@ -178,7 +178,7 @@ def test_offset_radius_model_is_causal_and_cached_decoding_equals_the_full_forwa
     torch.manual_seed(0)                                                 # GCLA (its context path) and GQA too
     model = LanguageModel(preset("wiola-tiny", srpe_radius="offset", srpe_a=0.3, srpe_f=1.0, init_std=0.3))
     model = model.double().eval()
-    assert model.blocks[0].attn.keys_differ
+    assert model.blocks[0].mixer.keys_differ
     x = torch.randint(0, 64, (2, 20))
     y = x.clone()
     y[:, -1] = (y[:, -1] + 1) % 64
@@ -321,6 +321,6 @@ def test_dsff_mixes_with_alpha_and_one_minus_alpha():
 def test_model_starts_dsff_gates_at_one_half_and_uses_srpe():
     model = LanguageModel(preset("tiny-llama", **WIOLA_PART_ONE))
     assert all(torch.equal(b.ffn.fuse.weight, torch.zeros_like(b.ffn.fuse.weight)) for b in model.blocks)
-    attn = model.blocks[0].attn
+    attn = model.blocks[0].mixer
     c, s = srpe_coefficients(torch.arange(model.config.context), attn.d_h)
     assert torch.allclose(attn.cos.double(), c) and torch.allclose(attn.sin.double(), s)

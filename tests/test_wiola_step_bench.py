@@ -24,7 +24,7 @@ def test_the_threshold_merges_the_share_asked_for():
     tau = bench.merge_threshold(ids, 0.11)
     torch.manual_seed(0)
     model = LanguageModel(preset("llama-style", **bench.arms(tau)[bench.WIOLA][1]))
-    mu = atm.merge_ratio(atm.merge_plan(model.atm_similarities(ids[:, :-1]), tau))
+    mu = atm.merge_ratio(atm.merge_plan(atm.atm_similarities(model, ids[:, :-1]), tau))
     assert abs(mu - 0.11) < 0.02
 
 
