@@ -226,7 +226,6 @@ class Objective(NamedTuple):
 
 OBJECTIVES = {"next-token": Objective(next_token_objective, next_token_evaluation, 1),
               "diffusion": Objective(diffusion_objective, diffusion_evaluation, 0)}
-EVALUATION_MEANS = ("atm_mu",)   # layer statistics an evaluation record also holds, as the mean since the last one
 
 
 def mean_stats(records: list[dict]) -> dict:
@@ -285,10 +284,10 @@ def try_first_batch(model, forward, tokens: np.ndarray, cfg: TrainConfig, device
     launch.try_a_batch(model, forward, first, next_token_loss, sizes, device, precision, world)
 
 
-def evaluation_means(steps: list[dict]) -> dict:
-    """The EVALUATION_MEANS statistics (ATM's mu of each merging layer), each averaged over `steps` (the records
-    since the last evaluation; {} for a model that reports none)."""
-    return mean_stats([{name: step[name] for name in EVALUATION_MEANS if name in step} for step in steps])
+def evaluation_means(steps: list[dict], names) -> dict:
+    """The statistics `names` (those the layers declare: `LanguageModel.evaluation_means()`, ATM's mu of each merging
+    layer), each averaged over `steps` (the records since the last evaluation; {} for a model that declares none)."""
+    return mean_stats([{name: step[name] for name in names if name in step} for step in steps])
 
 
 class Trainer:
@@ -337,7 +336,7 @@ class Trainer:
         self.procs.barrier()                              # the others wait until rank 0 has checked and taken it
         if resume:
             self.load_checkpoint()
-        self.step_forward = self.procs.wrap(self.forward, unused_parameters=model_cfg.ffn == "moe")
+        self.step_forward = self.procs.wrap(self.forward, self.model.leaves_parameters_unused())
 
     # -------------------------------------------------------------------------------------------- a step
     def train_step(self) -> float:
@@ -465,8 +464,8 @@ class Trainer:
             record = json.dumps({"step": self.step, **last}, indent=2) + "\n"
             runs.save_weights(self.out, "best", self.model, self.tokenizer,
                               {"eval.json": lambda path: path.write_text(record)})
-        runs.append_metrics(self.out, {"step": self.step, "tokens": self.step * tokens_per_step,
-                                       "elapsed_s": self.elapsed, **evaluation_means(self.step_stats),
+        at = {"step": self.step, "tokens": self.step * tokens_per_step, "elapsed_s": self.elapsed}
+        runs.append_metrics(self.out, {**at, **evaluation_means(self.step_stats, self.model.evaluation_means()),
                                        **{f"valid_{k}": v for k, v in last.items()},
                                        "precision": self.precision, "world_size": self.world})
         self.step_stats = []                              # the next evaluation's means start here

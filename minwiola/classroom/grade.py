@@ -10,15 +10,15 @@ marker listing what was written, so `make student` rebuilds only a folder it mad
 
 The grader executes each submitted notebook in a fresh kernel, from a scratch student edition, in quick mode
 (MINWIOLA_QUICK=1 unless set), within a time limit. Outputs stored in the submission are cleared first and never
-read. Where the machine allows it (Linux with user namespaces; `--isolation`), the kernel runs in minwiola/classroom/sandbox.py:
-every file read-only but its scratch folder, the solutions and the git history hidden, no network, and every
-process it starts killed when it ends; where it does not, the grader says so, and the submission runs with the
-instructor's rights. Either way, before the notebook's first cell the grader's own first cell (minwiola/classroom/probe.py)
-takes the lesson's real checks as text, read from lessons/exercises/ before anything ran; once the notebook has
-run, the grader's last cell calls each check itself, in that kernel, on each exercise function the notebook
-defined, each under its own time limit, and prints the verdicts signed with a key drawn in the kernel before the
-student's code ran. So a check cell the student edited, a check file rewritten on disk or a verdict line forged by
-rewriting the grader's cell cannot change a verdict. Each exercise gets one result:
+read. Where the machine allows it (Linux with user namespaces; `--isolation`), the kernel runs in
+minwiola/classroom/sandbox.py: every file read-only but its scratch folder, the solutions and the git history
+hidden, no network, and every process it starts killed when it ends; where it does not, the grader says so, and the
+submission runs with the instructor's rights. Either way, before the notebook's first cell the grader's own first
+cell (minwiola/classroom/probe.py) takes the lesson's real checks as text, read from lessons/exercises/ before
+anything ran; once the notebook has run, the grader's last cell calls each check itself, in that kernel, on each
+exercise function the notebook defined, each under its own time limit, and prints the verdicts signed with a key
+drawn in the kernel before the student's code ran. So a check cell the student edited, a check file rewritten on
+disk or a verdict line forged by rewriting the grader's cell cannot change a verdict. Each exercise gets one result:
 
     correct          the check said "Exercise N: correct"
     wrong            the check raised AssertionError; its message says what is wrong
@@ -459,7 +459,7 @@ def _client(book, timeout: float, scratch: Path, km):
 
 
 def _kernel_manager(work: Path, hide: list[Path] | None):
-    """A Jupyter kernel manager whose kernel runs inside minwiola.classroom.sandbox (when `hide` is a list: `work` writable,
+    """A Jupyter kernel manager whose kernel runs inside classroom/sandbox.py (when `hide` is a list: `work` writable,
     `hide` empty, no network, so it talks to the grader over Unix sockets in `work`), or as a plain process."""
     from jupyter_client import AsyncKernelManager       # what nbclient itself would make
 
@@ -575,7 +575,7 @@ def grade(path: Path, lessons: Path = LESSONS, timeout: float = 900, check_timeo
           library: Path = LIBRARY, walls: str | None = "auto") -> dict:
     """Execute one submission and return {student, lesson, file, isolation, seconds, timed_out, flags, results}:
     results has one {exercise, function, result, message} per exercise of the lesson. `walls` is "sandbox" (run the
-    kernel in minwiola.classroom.sandbox), None (a plain process) or "auto" (the sandbox when this machine has it). A change
+    kernel in classroom/sandbox.py), None (a plain process) or "auto" (the sandbox when this machine has it). A change
     the notebook made on disk to the checks or to the library's .py files is flagged, not undone: the library is
     the instructor's, and which version is right is theirs to say."""
     try:
@@ -700,7 +700,7 @@ def _whole_seconds(text: str) -> int:
     return int(value)
 
 
-HELP = """isolation (--isolation): with `auto` (the default) each submission's kernel runs in minwiola.classroom.sandbox where
+HELP = """isolation (--isolation): with `auto` (the default) each submission's kernel runs in classroom/sandbox.py where
 this machine allows it (Linux with user namespaces): every file read-only but its scratch folder, the solutions
 and git history hidden, no network, and every process it starts killed when it ends. It still runs as you, can
 read what you can read (other submissions included) and use all the CPU and memory it likes. Where no sandbox is

@@ -230,8 +230,8 @@ def check() -> str | None:
         for folder in (scratch, hidden, outside):
             folder.mkdir()
         (hidden / "secret").write_text("x")
-        command = [sys.executable, "-m", "minwiola.classroom.sandbox", "--scratch", str(scratch), "--hide", str(hidden), "--",
-                   sys.executable, "-c", CHECK_PROGRAM, str(scratch), str(hidden), str(outside)]
+        command = [sys.executable, "-m", "minwiola.classroom.sandbox", "--scratch", str(scratch), "--hide", str(hidden),
+                   "--", sys.executable, "-c", CHECK_PROGRAM, str(scratch), str(hidden), str(outside)]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=scratch)
         except subprocess.TimeoutExpired:
