@@ -1,7 +1,8 @@
-"""`python -m minwiola` (`make run`): the course's main job. Train a small Wiola on the stories for a few minutes on
-whatever device there is, then print three stories it writes.
+"""`python -m minwiola` (`make run`): the course's main job. Train the story model's Wiola (`wiola-story`, with its
+recipe: minwiola/recipes.py) on the stories for a few minutes on whatever device there is, then print three stories
+it writes.
 
-    python -m minwiola                     # wiola-yocto, 3 minutes, into runs/main (replaced on each call)
+    python -m minwiola                     # wiola-story, 3 minutes, into runs/main (replaced on each call)
     python -m minwiola --minutes 10        # longer; every other option of `python -m minwiola.train` works too
 
 The tokenizer's own job is `python -m minwiola.data tokenizer`.
@@ -11,16 +12,18 @@ import sys
 
 from . import quick_mode
 from .generate import generate, load_model
+from .recipes import STORY
 from .tools.train_cli import command_line, run_command
 
 
 def job_settings(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
-    """The trainer's command line with the job's own defaults for what the user did not say: the folder
-    runs/main (replaced on each call unless resumed), and a 3-minute budget that the clock ends."""
+    """The trainer's command line with the job's own defaults for what the user did not say: the story model's
+    recipe (`recipes.STORY`), the folder runs/main (replaced on each call unless resumed), and a 3-minute budget
+    that the clock ends."""
     parser = command_line()
     parser.prog = "python -m minwiola"
     parser.set_defaults(out=None, steps=None, minutes=None)         # None: not given, so the job chooses
-    args = parser.parse_args(argv)
+    args = parser.parse_args(list(STORY) + list(argv if argv is not None else sys.argv[1:]))   # the user's win
     if args.out is None:
         args.out, args.overwrite = "runs/main", args.overwrite or not args.resume
     if args.steps is None:

@@ -491,3 +491,17 @@ def test_the_mixer_names_say_what_they_hold_and_the_old_ones_still_read():
         for old in ("rotary", "rope", "mode"):
             with pytest.raises(AttributeError):
                 setattr(mixer, old, None)
+
+
+def test_the_story_preset_is_the_shipped_story_model():
+    """`wiola-story` names the model minwiola/assets/story-model holds: the same config, field by field, as the one
+    saved with its weights and as the llama-style-plus-overrides line in its made.json that trained it."""
+    import json
+    import shlex
+
+    from minwiola.generate import STORY_MODEL, saved_config
+    from minwiola.tools.train_cli import command_line, parse_overrides
+    assert saved_config(STORY_MODEL) == preset("wiola-story")
+    parser = command_line()
+    made = parser.parse_args(shlex.split(json.loads((STORY_MODEL / "made.json").read_text())["train_command"])[3:])
+    assert preset(made.preset, **parse_overrides(parser, made.set)) == preset("wiola-story")

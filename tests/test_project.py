@@ -274,9 +274,9 @@ def test_models_doc_preset_parameter_counts():
         assert f"| {LanguageModel(preset(name)).n_params():,} |" in MODELS
     assert "| 484,272 (as published) |" in MODELS and LanguageModel(preset("yocto")).n_params() == 484_272
     from minwiola.budget import count_params
-    for name in ("wiola-yocto", "wiola-cs336", "wiola-120m", "wiola-360m", "wiola-700m", "wiola-1.5b"):
+    for name in ("wiola-yocto", "wiola-story", "wiola-cs336", "wiola-120m", "wiola-360m", "wiola-700m", "wiola-1.5b"):
         c = preset(name)
-        assert f"| `{name}` | {c.d} | {c.n_layers} | {c.n_heads} / {c.n_kv_heads} |" in MODELS
+        assert f"| `{name}` | {c.d} | {c.n_layers} | {c.n_heads} / {c.H_kv} |" in MODELS   # H_kv = H unless set
         assert f"| {c.d_ff_a} / {c.d_ff} | {count_params(c):,} |" in MODELS
 
 

@@ -217,7 +217,8 @@ def test_main_job_trains_a_wiola_and_prints_stories(small_data, tmp_path, capsys
     assert main(["--out", str(out), "--batch-size", "4", "--block-size", "64"]) == 0
     printed = capsys.readouterr().out
     assert printed.count("--- story") == 3 and "Once upon a time" in printed
-    assert json.loads((out / "config.json").read_text())["train"]["preset"] == "wiola-yocto"
+    train_cfg = json.loads((out / "config.json").read_text())["train"]
+    assert (train_cfg["preset"], train_cfg["lr"]) == ("wiola-story", 0.03)          # the story model's recipe
 
 
 def test_ctrl_c_finishes_the_step_saves_and_resumes_exactly(small_data, tmp_path):
@@ -346,7 +347,9 @@ def test_main_job_fills_in_only_what_was_not_given():
     assert settings("--out", "mine", "--steps", "50") == ("mine", False, False, None, 50)   # no clock, nothing replaced
     assert settings("--resume") == ("runs/main", False, True, 3.0, 100_000)
     assert settings("--steps", "50", "--minutes", "2") == ("runs/main", True, False, 2.0, 50)
-    assert job_settings([])[1].preset == "wiola-yocto"
+    story = job_settings([])[1]                                     # the story model's recipe (recipes.STORY)
+    assert (story.preset, story.lr, story.batch_size, story.block_size) == ("wiola-story", 0.03, 32, 256)
+    assert job_settings(["--preset", "llama-style", "--lr", "1e-3"])[1].preset == "llama-style"   # the user's win
 
 
 def test_generate_command_explains_a_prompt_longer_than_the_context(small_data, tmp_path, capsys):
