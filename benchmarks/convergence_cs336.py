@@ -50,11 +50,10 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.ablation import calibrate_tau, learned, summary
 from benchmarks.common import (ROOT, check_configs, commit, compare, hardware, model_shape, positive_float,
                                positive_int, proportion, result_options, save_or_return, seed_int, step_times,
                                target_merge_ratio, train_or_reuse, user_errors, write_result)
-from benchmarks.convergence import flatness, uncommitted
+from benchmarks.experiments import calibrate_tau, flatness, learned, log, summary, uncommitted
 
 from minwiola import data
 from minwiola.budget import count_params
@@ -67,10 +66,6 @@ SETTINGS = ("steps", "batch_size", "block_size", "eval_every", "dropout", "rates
             "calibration_rate", "target_mu", "calibration_batches", "shape")
 RATE_RULE = ("each arm's rate: the lowest mean best held-out bits/byte over the reported seeds, every rate trained on "
              "every seed (no separate sweep seed)")
-
-
-def log(message: str) -> None:
-    print(f"[{datetime.datetime.now():%Y-%m-%d %H:%M:%S}] {message}", flush=True)
 
 
 def overrides(arm: str, tau: float | None, args) -> dict:

@@ -71,6 +71,7 @@ if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchma
 from benchmarks.common import (ROOT, best_eval, best_of, check_configs, commit, compare, hardware, model_shape,
                                positive_float, positive_int, result_options, save_or_return, seed_int, step_times,
                                train_or_reuse, user_errors, write_result)
+from benchmarks.experiments import closest_d_ff
 
 from minwiola import data
 from minwiola.budget import count_params, kv_cache_bytes, state_bytes
@@ -98,15 +99,6 @@ NOT_ASSERTED = ("no timing is asserted: a shared CPU (see load_average); the rat
 
 
 # ------------------------------------------------------------------------------------------------ the arms
-
-def closest_d_ff(name: str, overrides: dict, target: int) -> int:
-    """The SwiGLU width d_ff that brings preset `name` with `overrides` closest to `target` parameters (the smaller
-    width on a tie): how an arm whose mixer holds other parameters is made equal to the reference."""
-    base = {k: v for k, v in overrides.items() if k != "d_ff"}
-    count = lambda h: count_params(preset(name, **base, d_ff=h))
-    per_unit = count(2) - count(1)                          # a SwiGLU of width h holds 3 d h (+ biases) parameters
-    guess = max(1, round((target - count(1)) / per_unit) + 1)
-    return min(range(max(1, guess - 2), guess + 3), key=lambda h: (abs(count(h) - target), h))
 
 
 def arm_config(name: str, block_size: int, shape: dict | None = None) -> tuple[str, dict]:
