@@ -118,9 +118,10 @@ import torch
 if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.analysis import convergence_plot as plot
 from benchmarks.common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, nice_group,
-                               positive_float, positive_int, proportion, result_options, save_or_return, seed_int,
-                               step_times, target_merge_ratio, train_or_reuse, user_errors, write_result)
+                               positive_float, positive_int, proportion, result_options, seed_int, step_times,
+                               target_merge_ratio, train_or_reuse, user_errors, write_result)
 from benchmarks.experiments import (BASE, FIVE, PARTS, calibrate_tau, closest_d_ff, flatness, learned, log, summary,
                                     uncommitted)
 
@@ -295,66 +296,6 @@ def report(result: dict) -> str:
     return "\n".join(rows)
 
 
-def plot(result: dict, path: Path | None = None):
-    """(a-c) held-out loss of every seed against tokens, model FLOPs and seconds (the step times measured in turns);
-    (d) each sweep; (e) each seed's best held-out bits per byte and the mean; (f) the trainer's wall clock."""
-    import matplotlib
-    if path is not None:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
-    arms = {n: a for n, a in result["arms"].items() if a["seeds"]}
-    colour = {n: f"C{i}" for i, n in enumerate(result["arms"])}
-    per_step = result["batch_size"] * result["block_size"]
-    ends = [s["valid_curve"][-1][1] for a in arms.values() for s in a["seeds"].values()]
-    top = max(ends, default=math.inf) + 1.0                   # the curves' ends, not their first steep points
-    axes_x = [("tokens seen (millions)", lambda r, t: t / 1e6),
-              ("model training FLOPs (10^12)", lambda r, t: t * r["flops_per_token"] / 1e12),
-              ("seconds at the arm's step time (one thread, arms timed in turns)", None)]
-    for ax, (label, x) in zip(axes[0], axes_x):
-        for name, arm in arms.items():
-            if x is None and not arm.get("seconds_per_step"):
-                continue
-            for k, r in enumerate(arm["seeds"].values()):
-                xs = [(x(r, t) if x else t / per_step * arm["seconds_per_step"]) for t, _ in r["valid_curve"]]
-                ax.plot(xs, [v for _, v in r["valid_curve"]], color=colour[name], alpha=0.7,
-                        label=name if k == 0 else None)
-        ax.set_xlabel(label, fontsize=9)
-        ax.set_ylabel("held-out loss (nats/token)")
-        ax.set_ylim(top=min(top, ax.get_ylim()[1]))
-    if axes[0][0].lines:
-        axes[0][0].legend(fontsize=7)
-    d, e, f = axes[1]
-    for name, arm in result["arms"].items():
-        if arm["sweep"]:
-            rates = sorted(arm["sweep"], key=float)
-            d.semilogx([float(r) for r in rates], [arm["sweep"][r]["bits_per_byte"] for r in rates], "o-",
-                       color=colour[name], label=name)
-    d.set_xlabel(f"peak learning rate (seed {result['sweep_seed']}, not reported)")
-    d.set_ylabel("best held-out bits/byte")
-    if d.lines:
-        d.legend(fontsize=7)
-    for i, (name, arm) in enumerate(arms.items()):
-        bpb = [s["bits_per_byte"] for s in arm["seeds"].values()]
-        e.plot([i] * len(bpb), bpb, "o", color=colour[name])
-        e.hlines(statistics.mean(bpb), i - 0.25, i + 0.25, color=colour[name])
-        for k, r in enumerate(arm["seeds"].values()):
-            f.plot([s / 3600 for s, _ in r["valid_wall_seconds"]], [v for _, v in r["valid_wall_seconds"]],
-                   color=colour[name], alpha=0.7, label=name if k == 0 else None)
-    e.set_xticks(range(len(arms)), [f"{n}\nlr {a['best_lr']:g}" for n, a in arms.items()], fontsize=7)
-    e.set_ylabel("best held-out bits/byte (dots: seeds; line: mean)")
-    f.set_xlabel("hours on the trainer's clock (shared machine: NOT a clean timing)", fontsize=9)
-    f.set_ylabel("held-out loss (nats/token)")
-    f.set_ylim(top=min(top, f.get_ylim()[1]))
-    for ax, letter in zip(axes.flat, "abcdef"):                       # the panels, as the lesson names them
-        ax.set_title(f"({letter})", loc="left", fontsize=9)
-    fig.suptitle(f"{result['steps']} steps of {result['batch_size']} x {result['block_size']} tokens, dropout "
-                 f"{result['dropout']} | {result['data']} | {result['hardware']}"
-                 + (" | PARTIAL" if result.get("partial") else ""), fontsize=9)
-    fig.tight_layout()
-    return save_or_return(fig, path)
-
-
 # ------------------------------------------------------------------------------------------------ two processes
 
 @contextlib.contextmanager
@@ -400,11 +341,6 @@ def take_others(result: dict, path: Path, mine: list[str]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ the experiment
-
-def seed_record(result: dict, run: str) -> dict | None:
-    """The reported seed whose run folder is named `run` (e.g. the shipped story model's, from its made.json)."""
-    return next((s for arm in result["arms"].values() for s in arm["seeds"].values() if s["run"] == run), None)
-
 
 def trained_runs(result: dict, runs: Path) -> dict:
     """The weights --timing-only starts each arm from: its best sweep run, else (an arm that takes another's rate,
