@@ -32,12 +32,9 @@ from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import (ROOT, commit, hardware, positive_float, positive_int, result_options, seed_int,
-                               target_merge_ratio, train_or_reuse, user_errors)
-from benchmarks.experiments import BASE, FIVE, PARTS, calibrate_tau, learned, summary
+from common import (ROOT, commit, hardware, positive_float, positive_int, result_options, seed_int, target_merge_ratio,
+                    train_or_reuse, user_errors)
+from experiments import BASE, FIVE, PARTS, calibrate_tau, learned, summary
 
 from minwiola import data
 from minwiola.train import TrainConfig, read_metrics

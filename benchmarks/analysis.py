@@ -1,6 +1,7 @@
-"""What the lessons read from the benchmarks, in one module: the names lessons 04 and 11-15 use to reuse a
-benchmark's own analysis on its recorded result (its figure, its tables, the functions that measure). The scripts
-import these names back from here, so a lesson and its script run the same code.
+"""What the lessons read from the benchmarks, in one module: every name lessons 04 and 11-15 use to reuse a
+benchmark's own analysis on its recorded result (its figure, its tables, the functions that measure), in sections by
+lesson. The scripts import their names back from here, so a lesson and its script run the same code. Lessons load it
+with `minwiola.lesson.benchmarks()`; tests/test_benchmarks_package.py checks that every name a lesson reads is here.
 """
 import dataclasses
 import math
@@ -15,8 +16,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import best_eval, compare, save_or_return     # best_eval, compare: lessons 12-15 read them
-from benchmarks.experiments import closest_d_ff
+from common import best_eval, compare, save_or_return     # best_eval, compare: lessons 12-15 read them
+from experiments import closest_d_ff
 
 from minwiola import data
 from minwiola.budget import count_params, encdec_params

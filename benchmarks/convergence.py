@@ -115,15 +115,11 @@ from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.analysis import convergence_plot as plot
-from benchmarks.common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, nice_group,
-                               positive_float, positive_int, proportion, result_options, seed_int, step_times,
-                               target_merge_ratio, train_or_reuse, user_errors, write_result)
-from benchmarks.experiments import (BASE, FIVE, PARTS, calibrate_tau, closest_d_ff, flatness, learned, log, summary,
-                                    uncommitted)
+from analysis import convergence_plot as plot
+from common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, nice_group,
+                    positive_float, positive_int, proportion, result_options, seed_int, step_times, target_merge_ratio,
+                    train_or_reuse, user_errors, write_result)
+from experiments import BASE, FIVE, PARTS, calibrate_tau, closest_d_ff, flatness, learned, log, summary, uncommitted
 
 from minwiola import data
 from minwiola.budget import count_params

@@ -47,14 +47,11 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.analysis import CS336_ARMS as ARMS, cs336_plot as plot, cs336_report as report
-from benchmarks.common import (ROOT, check_configs, commit, compare, hardware, model_shape, positive_float,
-                               positive_int, proportion, result_options, seed_int, step_times, target_merge_ratio,
-                               train_or_reuse, user_errors, write_result)
-from benchmarks.experiments import calibrate_tau, flatness, learned, log, summary, uncommitted
+from analysis import CS336_ARMS as ARMS, cs336_plot as plot, cs336_report as report
+from common import (ROOT, check_configs, commit, compare, hardware, model_shape, positive_float, positive_int,
+                    proportion, result_options, seed_int, step_times, target_merge_ratio, train_or_reuse, user_errors,
+                    write_result)
+from experiments import calibrate_tau, flatness, learned, log, summary, uncommitted
 
 from minwiola import data
 from minwiola.budget import count_params

@@ -69,14 +69,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.analysis import (DIFFUSION_ARMS as ARMS, blank_span, diffusion_arm_config as arm_config,
-                                 diffusion_counts as counts, diffusion_plot as plot, diffusion_report as report)
-from benchmarks.common import (ROOT, best_eval, check_configs, commit, compare, hardware, model_shape,
-                               non_negative_float, positive_float, positive_int, result_options, seed_int,
-                               train_or_reuse, user_errors, write_result)
+from analysis import (DIFFUSION_ARMS as ARMS, blank_span, diffusion_arm_config as arm_config,
+                      diffusion_counts as counts, diffusion_plot as plot, diffusion_report as report)
+from common import (ROOT, best_eval, check_configs, commit, compare, hardware, model_shape, non_negative_float,
+                    positive_float, positive_int, result_options, seed_int, train_or_reuse, user_errors, write_result)
 
 from minwiola import data, diffusion, sha256_file
 from minwiola.generate import STORY_MODEL, generate_ids, load_model, words

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import ROOT, best_eval
+from common import ROOT, best_eval
 
 from minwiola import atm, data
 from minwiola.budget import count_params, training_flops

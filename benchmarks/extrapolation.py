@@ -31,12 +31,9 @@ from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.analysis import ENCODINGS, extrapolation_plot as plot, gap, loss_by_position, stretched, windows
-from benchmarks.common import (ROOT, best_eval, commit, hardware, positive_float, positive_int, seed_int,
-                               train_or_reuse, user_errors)
+from analysis import ENCODINGS, extrapolation_plot as plot, gap, loss_by_position, stretched, windows
+from common import (ROOT, best_eval, commit, hardware, positive_float, positive_int, seed_int, train_or_reuse,
+                    user_errors)
 
 from minwiola import data
 from minwiola.train import TrainConfig

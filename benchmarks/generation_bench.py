@@ -34,12 +34,8 @@ from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.analysis import library_decode, operations_profile, reference_decode
-from benchmarks.common import commit, hardware, known_preset, positive_int, result_options, user_errors, \
-    with_history, write_result
+from analysis import library_decode, operations_profile, reference_decode
+from common import commit, hardware, known_preset, positive_int, result_options, user_errors, with_history, write_result
 from minwiola.generate import sample_next
 from minwiola.model import LanguageModel, ModelConfig, preset
 

@@ -61,13 +61,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.analysis import (DIGITS, SPAN, build, decode, optimiser_step, report_sort, sort_configs, sort_evaluate,
-                                 sort_train, target_loss)
-from benchmarks.common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, positive_float,
-                               positive_int, result_options, save_or_return, seed_int, user_errors)
+from analysis import (DIGITS, SPAN, build, decode, optimiser_step, report_sort, sort_configs, sort_evaluate, sort_train,
+                      target_loss)
+from common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, positive_float,
+                    positive_int, result_options, save_or_return, seed_int, user_errors)
 
 from minwiola import data
 from minwiola.budget import count_params, encdec_breakdown, encdec_params, layout_costs

@@ -47,12 +47,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.analysis import MOE_ARMS as ARMS, held_out, moe_arm_config as arm_config, routing
-from benchmarks.common import (ROOT, best_eval, check_configs, commit, compare, hardware, model_shape, positive_float,
-                               positive_int, save_or_return, seed_int, train_or_reuse, user_errors)
+from analysis import MOE_ARMS as ARMS, held_out, moe_arm_config as arm_config, routing
+from common import (ROOT, best_eval, check_configs, commit, compare, hardware, model_shape, positive_float,
+                    positive_int, save_or_return, seed_int, train_or_reuse, user_errors)
 
 from minwiola import data
 from minwiola.budget import active_params, count_params

@@ -31,11 +31,8 @@ from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.analysis import RECIPES, Recipe, seed_record, train_config
-from benchmarks.common import ROOT, commit, hardware, natural_int, positive_int, user_errors
+from analysis import RECIPES, Recipe, seed_record, train_config
+from common import ROOT, commit, hardware, natural_int, positive_int, user_errors
 
 from minwiola import data
 from minwiola.budget import training_flops

@@ -62,14 +62,10 @@ from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.analysis import (MIXERS, SSM_ARMS as ARMS, SSM_REFERENCE as REFERENCE, probe, probe_windows,
-                                 ssm_arm_config as arm_config, ssm_fresh_seeds as fresh_seeds, ssm_plot as plot)
-from benchmarks.common import (ROOT, best_eval, best_of, check_configs, commit, compare, hardware, model_shape,
-                               positive_float, positive_int, result_options, seed_int, step_times, train_or_reuse,
-                               user_errors, write_result)
+from analysis import (MIXERS, SSM_ARMS as ARMS, SSM_REFERENCE as REFERENCE, probe, probe_windows,
+                      ssm_arm_config as arm_config, ssm_fresh_seeds as fresh_seeds, ssm_plot as plot)
+from common import (ROOT, best_eval, best_of, check_configs, commit, compare, hardware, model_shape, positive_float,
+                    positive_int, result_options, seed_int, step_times, train_or_reuse, user_errors, write_result)
 
 from minwiola import data
 from minwiola.budget import count_params, kv_cache_bytes, state_bytes

@@ -30,12 +30,9 @@ from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import commit, hardware, positive_int, result_options, step_times, target_merge_ratio, \
-    user_errors, with_history, write_result
-from benchmarks.experiments import FIVE, PARTS
+from common import (commit, hardware, positive_int, result_options, step_times, target_merge_ratio, user_errors,
+                    with_history, write_result)
+from experiments import FIVE, PARTS
 from minwiola import atm
 from minwiola.budget import count_params, training_flops
 from minwiola.model import LanguageModel, preset

@@ -1,7 +1,8 @@
 """benchmarks/ablation.py's design: every part in both directions, DSFF at equal parameters, the rule."""
 import pytest
 
-from benchmarks import ablation, experiments
+import ablation
+import experiments
 from minwiola.budget import count_params
 from minwiola.model import preset
 

@@ -1,5 +1,6 @@
 """benchmarks/ has one face: every name a lesson reads from the benchmarks is in benchmarks/analysis.py, reached only
-through `minwiola.lesson.benchmarks()`; its scripts run both as files and with -m."""
+through `minwiola.lesson.benchmarks()`; its scripts import only common, experiments and analysis, never another script,
+never by changing sys.path, and run as files from any folder."""
 import ast
 import json
 import re
@@ -14,6 +15,7 @@ from minwiola import lesson
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 MODULES = {p.stem for p in BENCHMARKS.glob("*.py")}                 # every module there, analysis.py included
+SHARED = ["common", "experiments", "analysis"]       # what scripts import; each of these only the ones before it
 
 LOADERS = ("importlib.import_module", "import_module", "__import__", "importlib.util.spec_from_file_location",
            "spec_from_file_location", "runpy.run_path", "run_path", "sys.path.insert", "sys.path.append")
@@ -105,13 +107,58 @@ def test_the_lessons_helper_puts_the_folder_on_the_path_once():
         lesson.benchmarks("no_such_module")
 
 
-@pytest.mark.parametrize("how", ["file", "module"])
-def test_a_script_that_imports_its_neighbours_runs_as_a_file_and_as_a_module(tmp_path, how):
-    """convergence.py imports ablation.py, ssm_bench.py and common.py; as a file it runs from any folder."""
-    command = [sys.executable, str(ROOT / "benchmarks" / "convergence.py")] if how == "file" else \
-        [sys.executable, "-m", "benchmarks.convergence"]
-    done = subprocess.run([*command, "--help"], cwd=tmp_path if how == "file" else ROOT, capture_output=True,
-                          text=True, timeout=300)
+def imports(path: Path) -> list[str]:
+    """The modules a file imports, at any depth (a function's own imports too) and by any means: import statements
+    (a relative one as its dots), and importlib or runpy given a module's name as a string."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out.append("." * node.level + (node.module or ""))
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in (
+                "import_module", "__import__", "run_module", "run_path", "spec_from_file_location"):
+            out += [c.value for c in node.args if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+    return out
+
+
+def script_reach(path: Path) -> tuple[list[str], list[str]]:
+    """(the modules of benchmarks/ a file imports that it may not, the lines where it touches sys.path)."""
+    allowed = SHARED[:SHARED.index(path.stem)] if path.stem in SHARED else SHARED
+    ours = [m for m in imports(path) if m.startswith(".") or m.split(".")[0] in MODULES | {"benchmarks"}
+            or "benchmarks" in m or m.endswith(tuple(f"{s}.py" for s in MODULES))]
+    paths = [line.strip() for line in path.read_text().splitlines() if "sys.path" in line or "__package__" in line]
+    return [m for m in ours if m not in allowed], paths
+
+
+def test_no_script_imports_another_script_and_none_touches_sys_path():
+    scripts = sorted(BENCHMARKS.glob("*.py"))
+    assert len(scripts) > 20 and set(SHARED) <= {p.stem for p in scripts}
+    for path in scripts:
+        assert script_reach(path) == ([], []), path.name
+
+
+@pytest.mark.parametrize("code, reach", [
+    ("from common import ROOT\nfrom analysis import ssm_plot", ([], [])),
+    ("from ablation import PARTS", (["ablation"], [])),
+    ("def f():\n    import convergence\n    return convergence.seed_record", (["convergence"], [])),
+    ("from benchmarks.common import ROOT", (["benchmarks.common"], [])),
+    ("from . import common", (["."], [])),
+    ("import importlib\nm = importlib.import_module('ssm_bench')", (["ssm_bench"], [])),
+    ("import sys\nsys.path.insert(0, '..')\nimport common", ([], ["sys.path.insert(0, '..')"])),
+])
+def test_the_script_scan_sees_every_form(tmp_path, code, reach):
+    (tmp_path / "some_bench.py").write_text(code)
+    assert script_reach(tmp_path / "some_bench.py") == reach
+    (tmp_path / "experiments.py").write_text("from analysis import ssm_plot")      # the shared ones, in their order
+    assert script_reach(tmp_path / "experiments.py") == (["analysis"], [])
+
+
+def test_a_script_runs_as_a_file_from_any_folder(tmp_path):
+    """convergence.py imports common, experiments and analysis, its neighbours: run as a file (Python puts its
+    folder first on the path), it finds them from any folder, with nothing installed for it."""
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "convergence.py"), "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.startswith("usage:"), done.stderr
 
 
@@ -119,7 +166,7 @@ def test_a_niced_job_gives_its_scheduling_group_the_same_niceness(tmp_path, monk
     """common.nice_group: under Linux's autogroups a process's niceness ranks it only within its session's group;
     a niced benchmark writes its niceness to the group too, and does nothing when it is not niced."""
     import os
-    from benchmarks.common import nice_group
+    from common import nice_group
     group = tmp_path / "autogroup"
     group.write_text("/autogroup-7 nice 0\n")
     monkeypatch.setattr(os, "nice", lambda inc: 0)

@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from benchmarks import analysis, layouts_bench
+import analysis
+import layouts_bench
 from minwiola.budget import count_params, encdec_params
 from minwiola.encdec import restore
 from minwiola.model import LanguageModel, preset

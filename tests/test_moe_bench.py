@@ -5,7 +5,8 @@ import json
 import pytest
 import torch
 
-from benchmarks import analysis, moe_bench
+import analysis
+import moe_bench
 from minwiola.budget import forward_flops
 from minwiola.model import LanguageModel, preset
 from minwiola.tokenizer import default_tokenizer

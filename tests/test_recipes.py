@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-import benchmarks.recipes
+import recipes as script
 from minwiola.train import TrainConfig
 
 
 @pytest.fixture
 def recipes():
-    return benchmarks.recipes
+    return script
 
 
 def test_each_recipe_is_the_command_it_prints(recipes):

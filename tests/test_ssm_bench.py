@@ -6,7 +6,9 @@ import re
 import pytest
 import torch
 
-from benchmarks import analysis, experiments, ssm_bench
+import analysis
+import experiments
+import ssm_bench
 from minwiola.budget import count_params
 from minwiola.model import LanguageModel, preset
 from minwiola.tokenizer import default_tokenizer
