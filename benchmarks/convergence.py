@@ -172,15 +172,11 @@ def run_name(name: str, lr: float, seed: int, steps: int, tau: float | None, arg
             + (f"-tau{tau:g}" if "atm" in ARMS[name]["parts"] else ""))
 
 
-# every evaluation scores the whole held-out split: said explicitly where the trainer can cap it (eval_tokens), so
-# that a run written by a trainer without that setting (which read as None) is the same run as one written with it
-WHOLE_SPLIT = {"eval_tokens": None} if "eval_tokens" in TrainConfig.__dataclass_fields__ else {}
-
-
 def train_config(name: str, lr: float, seed: int, steps: int, tau: float | None, args) -> TrainConfig:
+    """Every evaluation scores the whole held-out split (eval_tokens=None; the trainer's default caps it)."""
     return TrainConfig(preset=BASE, overrides=overrides(name, tau, args), steps=steps, batch_size=args.batch_size,
                        block_size=args.block_size, lr=lr, seed=seed, eval_every=args.eval_every, sample_tokens=60,
-                       eval_max_windows=args.eval_max_windows, **WHOLE_SPLIT)
+                       eval_max_windows=args.eval_max_windows, eval_tokens=None)
 
 
 def run(name: str, lr: float, seed: int, steps: int, tau: float | None, args, look_inside: bool,
