@@ -16,14 +16,10 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import ROOT, hardware, positive_int, target_merge_ratio, user_errors
+from common import ROOT, hardware, positive_int, target_merge_ratio, user_errors
 
 from minwiola import atm, data
 from minwiola.budget import forward_flops

@@ -13,10 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import ROOT, hardware, positive_int, user_errors
+from common import ROOT, hardware, positive_int, user_errors
 
 CASE = """
 import resource, statistics, sys, time, torch

@@ -32,12 +32,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import ROOT, commit, hardware, known_preset, positive_int, user_errors
+from common import ROOT, commit, hardware, known_preset, positive_int, user_errors
 
 CASE = """
 import json, resource, statistics, sys, time, torch

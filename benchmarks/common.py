@@ -1,6 +1,7 @@
 """What every benchmark shares: the repository's root, the machine a result was measured on, the commit that
 measured it, how a finished run and a timing are summed up, and the checks that make a bad option one `error:`
-line. Each benchmark imports it as `benchmarks.common`, whether run as `python -m benchmarks.NAME` or as a file."""
+line. Each benchmark imports it as `common`, its neighbour: `python benchmarks/NAME.py` puts this folder first on
+the path (benchmarks/README.md)."""
 import argparse
 import dataclasses
 import functools

@@ -16,12 +16,12 @@ checking their settings), a stopped run resumes from its last checkpoint (every 
 exactly the weights an uninterrupted run would have.
 
 **Arms** (all `llama-style`'s shape, d = 64, 4 layers, 4 heads, with the ablation's parts switched on through config
-overrides, benchmarks/ablation.py's PARTS; dropout 0.1, as the previous story model was trained):
+overrides, experiments.PARTS; dropout 0.1, as the previous story model was trained):
 
     llama-style+width    the reference: llama-style with its SwiGLU widened from 176 to 240 (512,576 parameters),
                          the ablation's `+width` control; the width is chosen by `closest_d_ff` to hold GCLA's
                          extra parameters
-    wiola                the full Wiola, causal forms (ablation.FIVE: WiolaRMSNorm, SRPE as the paper sets it,
+    wiola                the full Wiola, causal forms (experiments.FIVE: WiolaRMSNorm, SRPE as the paper sets it,
                          DSFF at (44, 134), causal GCLA, copy-forward ATM at the calibrated tau): 513,156
     llama-style+gcla     llama-style plus causal GCLA, the best single part of the ablation: 512,580
     wiola-srpe-offset    wiola with srpe_radius="offset", the relative fix lesson 06 derives: 513,156 (its rate
@@ -48,7 +48,7 @@ width, one formula): a sweep each would cost four single-core hours more and ans
 
 **ATM's threshold.** tau is bisected so that the merging layer's input merges --target-mu (0.11, inside the
 paper's 0.08-0.14 of eq. 33) of the tokens, on --calibration-batches training batches of a trained model
-(ablation.calibrate_tau, the model in eval mode). First on the best llama-style+width sweep run, as in the
+(experiments.calibrate_tau, the model in eval mode). First on the best llama-style+width sweep run, as in the
 ablation. That threshold does not carry over to Wiola: its states at the merging layer are more alike, and at the
 reference's tau (0.3098) Wiola ended its runs merging about a third of the tokens. So each ATM arm first trains a
 **calibration run** (the lowest rate of --rates, the sweep's seed, the reference's tau), tau is calibrated again
@@ -79,7 +79,7 @@ merges about 1% at the reference's tau).
 evaluation): "lower"/"higher" when the difference of the means exceeds twice the larger seed spread (max - min) of
 the two arms, else "within noise". Beside it, not instead of it: the same rule on the last evaluation, and the
 difference seed by seed (seed s gives every arm the same batches in the same order). Per arm and seed also: what
-the Wiola parts learned (ablation.learned, from the best weights: GCLA's beta per layer, DSFF's gate alpha per
+the Wiola parts learned (experiments.learned, from the best weights: GCLA's beta per layer, DSFF's gate alpha per
 dimension on held-out text, WiolaRMSNorm's offsets delta against the input they shift) and ATM's mu at every
 evaluation.
 
@@ -115,14 +115,11 @@ from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.ablation import BASE, FIVE, PARTS, calibrate_tau, learned, summary
-from benchmarks.common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, nice_group,
-                               positive_float, positive_int, proportion, result_options, save_or_return, seed_int,
-                               step_times, target_merge_ratio, train_or_reuse, user_errors, write_result)
-from benchmarks.ssm_bench import closest_d_ff
+from analysis import convergence_plot as plot
+from common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, nice_group,
+                    positive_float, positive_int, proportion, result_options, seed_int, step_times, target_merge_ratio,
+                    train_or_reuse, user_errors, write_result)
+from experiments import BASE, FIVE, PARTS, calibrate_tau, closest_d_ff, flatness, learned, log, summary, uncommitted
 
 from minwiola import data
 from minwiola.budget import count_params
@@ -146,10 +143,6 @@ COMPARE = [("wiola", REFERENCE), ("llama-style+gcla", REFERENCE), ("wiola-srpe-o
            ("wiola-srpe-offset", REFERENCE), (REFERENCE, "llama-style"), ("wiola", "llama-style")]
 SETTINGS = ("steps", "batch_size", "block_size", "eval_every", "eval_max_windows", "dropout", "rates", "extend",
             "sweep_seed", "sweep_steps", "target_mu", "calibration_batches", "shape")
-
-
-def log(message: str) -> None:
-    print(f"[{datetime.datetime.now():%Y-%m-%d %H:%M:%S}] {message}", flush=True)
 
 
 # ------------------------------------------------------------------------------------------------ the arms
@@ -179,38 +172,11 @@ def run_name(name: str, lr: float, seed: int, steps: int, tau: float | None, arg
             + (f"-tau{tau:g}" if "atm" in ARMS[name]["parts"] else ""))
 
 
-# every evaluation scores the whole held-out split: said explicitly where the trainer can cap it (eval_tokens), so
-# that a run written by a trainer without that setting (which read as None) is the same run as one written with it
-WHOLE_SPLIT = {"eval_tokens": None} if "eval_tokens" in TrainConfig.__dataclass_fields__ else {}
-
-
 def train_config(name: str, lr: float, seed: int, steps: int, tau: float | None, args) -> TrainConfig:
+    """Every evaluation scores the whole held-out split (eval_tokens=None; the trainer's default caps it)."""
     return TrainConfig(preset=BASE, overrides=overrides(name, tau, args), steps=steps, batch_size=args.batch_size,
                        block_size=args.block_size, lr=lr, seed=seed, eval_every=args.eval_every, sample_tokens=60,
-                       eval_max_windows=args.eval_max_windows, **WHOLE_SPLIT)
-
-
-def uncommitted() -> dict:
-    """The library's and the benchmarks' files that differ from the commit at launch, each with the sha256 of its
-    text then: the code that trains is the code imported at launch, which may hold others' uncommitted work."""
-    import hashlib
-    import subprocess
-    out = subprocess.run(["git", "status", "--porcelain", "--", "minwiola", "benchmarks"], cwd=ROOT,
-                         capture_output=True, text=True).stdout
-    files = [line[3:] for line in out.splitlines() if line[3:].endswith(".py")]
-    return {f: hashlib.sha256((ROOT / f).read_bytes()).hexdigest()[:16] for f in files if (ROOT / f).exists()}
-
-
-def flatness(evals: list[dict], steps: int) -> dict:
-    """How much the held-out loss still fell at the end: from the last evaluation at or before 90% (50%) of the
-    steps to the last evaluation, in nats per token (positive: still falling)."""
-    out = {}
-    for label, fraction in (("last_10pct", 0.9), ("last_50pct", 0.5)):
-        before = [r for r in evals if r["step"] <= fraction * steps]
-        if before:
-            out[label] = {"from_step": before[-1]["step"], "to_step": evals[-1]["step"],
-                          "drop_nats_per_token": before[-1]["valid_nats_per_token"] - evals[-1]["valid_nats_per_token"]}
-    return out
+                       eval_max_windows=args.eval_max_windows, eval_tokens=None)
 
 
 def run(name: str, lr: float, seed: int, steps: int, tau: float | None, args, look_inside: bool,
@@ -322,66 +288,6 @@ def report(result: dict) -> str:
     return "\n".join(rows)
 
 
-def plot(result: dict, path: Path | None = None):
-    """(a-c) held-out loss of every seed against tokens, model FLOPs and seconds (the step times measured in turns);
-    (d) each sweep; (e) each seed's best held-out bits per byte and the mean; (f) the trainer's wall clock."""
-    import matplotlib
-    if path is not None:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
-    arms = {n: a for n, a in result["arms"].items() if a["seeds"]}
-    colour = {n: f"C{i}" for i, n in enumerate(result["arms"])}
-    per_step = result["batch_size"] * result["block_size"]
-    ends = [s["valid_curve"][-1][1] for a in arms.values() for s in a["seeds"].values()]
-    top = max(ends, default=math.inf) + 1.0                   # the curves' ends, not their first steep points
-    axes_x = [("tokens seen (millions)", lambda r, t: t / 1e6),
-              ("model training FLOPs (10^12)", lambda r, t: t * r["flops_per_token"] / 1e12),
-              ("seconds at the arm's step time (one thread, arms timed in turns)", None)]
-    for ax, (label, x) in zip(axes[0], axes_x):
-        for name, arm in arms.items():
-            if x is None and not arm.get("seconds_per_step"):
-                continue
-            for k, r in enumerate(arm["seeds"].values()):
-                xs = [(x(r, t) if x else t / per_step * arm["seconds_per_step"]) for t, _ in r["valid_curve"]]
-                ax.plot(xs, [v for _, v in r["valid_curve"]], color=colour[name], alpha=0.7,
-                        label=name if k == 0 else None)
-        ax.set_xlabel(label, fontsize=9)
-        ax.set_ylabel("held-out loss (nats/token)")
-        ax.set_ylim(top=min(top, ax.get_ylim()[1]))
-    if axes[0][0].lines:
-        axes[0][0].legend(fontsize=7)
-    d, e, f = axes[1]
-    for name, arm in result["arms"].items():
-        if arm["sweep"]:
-            rates = sorted(arm["sweep"], key=float)
-            d.semilogx([float(r) for r in rates], [arm["sweep"][r]["bits_per_byte"] for r in rates], "o-",
-                       color=colour[name], label=name)
-    d.set_xlabel(f"peak learning rate (seed {result['sweep_seed']}, not reported)")
-    d.set_ylabel("best held-out bits/byte")
-    if d.lines:
-        d.legend(fontsize=7)
-    for i, (name, arm) in enumerate(arms.items()):
-        bpb = [s["bits_per_byte"] for s in arm["seeds"].values()]
-        e.plot([i] * len(bpb), bpb, "o", color=colour[name])
-        e.hlines(statistics.mean(bpb), i - 0.25, i + 0.25, color=colour[name])
-        for k, r in enumerate(arm["seeds"].values()):
-            f.plot([s / 3600 for s, _ in r["valid_wall_seconds"]], [v for _, v in r["valid_wall_seconds"]],
-                   color=colour[name], alpha=0.7, label=name if k == 0 else None)
-    e.set_xticks(range(len(arms)), [f"{n}\nlr {a['best_lr']:g}" for n, a in arms.items()], fontsize=7)
-    e.set_ylabel("best held-out bits/byte (dots: seeds; line: mean)")
-    f.set_xlabel("hours on the trainer's clock (shared machine: NOT a clean timing)", fontsize=9)
-    f.set_ylabel("held-out loss (nats/token)")
-    f.set_ylim(top=min(top, f.get_ylim()[1]))
-    for ax, letter in zip(axes.flat, "abcdef"):                       # the panels, as the lesson names them
-        ax.set_title(f"({letter})", loc="left", fontsize=9)
-    fig.suptitle(f"{result['steps']} steps of {result['batch_size']} x {result['block_size']} tokens, dropout "
-                 f"{result['dropout']} | {result['data']} | {result['hardware']}"
-                 + (" | PARTIAL" if result.get("partial") else ""), fontsize=9)
-    fig.tight_layout()
-    return save_or_return(fig, path)
-
-
 # ------------------------------------------------------------------------------------------------ two processes
 
 @contextlib.contextmanager
@@ -427,11 +333,6 @@ def take_others(result: dict, path: Path, mine: list[str]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ the experiment
-
-def seed_record(result: dict, run: str) -> dict | None:
-    """The reported seed whose run folder is named `run` (e.g. the shipped story model's, from its made.json)."""
-    return next((s for arm in result["arms"].values() for s in arm["seeds"].values() if s["run"] == run), None)
-
 
 def trained_runs(result: dict, runs: Path) -> dict:
     """The weights --timing-only starts each arm from: its best sweep run, else (an arm that takes another's rate,

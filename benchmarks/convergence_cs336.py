@@ -47,30 +47,22 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.ablation import calibrate_tau, learned, summary
-from benchmarks.common import (ROOT, check_configs, commit, compare, hardware, model_shape, positive_float,
-                               positive_int, proportion, result_options, save_or_return, seed_int, step_times,
-                               target_merge_ratio, train_or_reuse, user_errors, write_result)
-from benchmarks.convergence import flatness, uncommitted
+from analysis import CS336_ARMS as ARMS, cs336_plot as plot, cs336_report as report
+from common import (ROOT, check_configs, commit, compare, hardware, model_shape, positive_float, positive_int,
+                    proportion, result_options, seed_int, step_times, target_merge_ratio, train_or_reuse, user_errors,
+                    write_result)
+from experiments import calibrate_tau, flatness, learned, log, summary, uncommitted
 
 from minwiola import data
 from minwiola.budget import count_params
 from minwiola.model import preset
 from minwiola.train import TrainConfig, read_metrics
 
-LLAMA, WIOLA = "llama-cs336", "wiola-cs336"
-ARMS = (LLAMA, WIOLA)
+LLAMA, WIOLA = ARMS
 SETTINGS = ("steps", "batch_size", "block_size", "eval_every", "dropout", "rates", "seeds", "calibration_seed",
             "calibration_rate", "target_mu", "calibration_batches", "shape")
 RATE_RULE = ("each arm's rate: the lowest mean best held-out bits/byte over the reported seeds, every rate trained on "
              "every seed (no separate sweep seed)")
-
-
-def log(message: str) -> None:
-    print(f"[{datetime.datetime.now():%Y-%m-%d %H:%M:%S}] {message}", flush=True)
 
 
 def overrides(arm: str, tau: float | None, args) -> dict:
@@ -140,74 +132,6 @@ def summarise(result: dict) -> None:
     result["partial"] = not all(a.get("best_lr") for a in result["arms"].values()) or len(
         [r for a in result["arms"].values() for s in a["runs"].values() for r in s]) < 2 * len(
         result["rates"]) * len(result["seeds"])
-
-
-def report(result: dict) -> str:
-    """The tables: every arm at every rate (mean, spread, where the best evaluation was), then the verdicts."""
-    rows = ["| arm | parameters | peak rate | seeds | bits/byte (mean) | spread | nats/token | best at step (mean) "
-            "| chosen |", "|---" * 9 + "|"]
-    for name, arm in result["arms"].items():
-        for lr, r in sorted(arm["by_rate"].items(), key=lambda x: float(x[0])):
-            rows.append(f"| `{name}` | {arm['params']:,} | {float(lr):g} | {r['seeds']} | {r['mean_bits_per_byte']:.4f}"
-                        f" | {r['spread_bits_per_byte']:.4f} | {r['mean_nats_per_token']:.4f} | "
-                        f"{r['mean_best_step']:.0f} | {'yes' if lr == arm.get('best_lr') else ''} |")
-    rows += ["", "| wiola-cs336 vs llama-cs336 | rates | seeds | difference (bits/byte) | 2 x larger spread | verdict "
-                 "| seed by seed |", "|---" * 7 + "|"]
-    for label, v in result["comparison"].items():
-        paired = ", ".join(f"{d:+.4f}" for d in v["paired"].values())
-        rows.append(f"| {label} | {v['rates'][0]:g} vs {v['rates'][1]:g} | {v['seeds'][0]} vs {v['seeds'][1]} | "
-                    f"{v['difference']:+.4f} | {v['bound']:.4f} | {v['verdict']} | {paired} |")
-    if result.get("timing"):
-        t, m = result["timing"]["seconds_per_step"], result["timing"]["median_seconds_per_step"]
-        rows += ["", f"Step time, both arms in turns alone on the device ({result['device']}, "
-                     f"{result['timing']['precision']}), best of {result['timing']['turns']} turns: " + ", ".join(
-            f"`{a}` {1e3 * t[a]:.1f} ms (median {1e3 * m[a]:.1f})" for a in ARMS if a in t)
-            + (f"; ratio {result['step_time_ratio']:.2f}x" if result.get("step_time_ratio") else "")]
-    return "\n".join(rows)
-
-
-def plot(result: dict, path: Path | None = None):
-    """(a-c) held-out loss of every seed at each arm's chosen rate against tokens, model FLOPs and seconds (the
-    step times measured in turns); (d) best held-out bits/byte against the peak rate (dots: seeds, line: mean)."""
-    import matplotlib
-    if path is not None:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
-    per_step = result["batch_size"] * result["block_size"]
-    timing = result.get("timing", {}).get("seconds_per_step", {})
-    xs = [("tokens seen (millions)", lambda r, t, a: t / 1e6),
-          ("model training FLOPs (10^15)", lambda r, t, a: t * r["flops_per_token"] / 1e15),
-          ("seconds at the arm's step time (timed in turns, alone, on the last launch's GPU)",
-           lambda r, t, a: t / per_step * timing[a] if timing.get(a) else None)]
-    for i, (name, arm) in enumerate(result["arms"].items()):
-        runs = arm["runs"].get(arm.get("best_lr") or "", {})
-        for ax, (label, x) in zip(axes[:3], xs):
-            for k, r in enumerate(runs.values()):
-                points = [(x(r, t, name), v) for t, v in r["valid_curve"]]
-                if points and points[0][0] is not None:
-                    ax.plot(*zip(*points), color=f"C{i}", alpha=0.7,
-                            label=f"{name} (lr {float(arm['best_lr']):g})" if k == 0 else None)
-            ax.set_xlabel(label, fontsize=9)
-            ax.set_ylabel("held-out loss (nats/token)")
-        rates = sorted(arm["by_rate"], key=float)
-        axes[3].semilogx([float(lr) for lr in rates], [arm["by_rate"][lr]["mean_bits_per_byte"] for lr in rates],
-                         "-", color=f"C{i}", label=name)
-        for lr in rates:
-            bpb = [s["bits_per_byte"] for s in arm["runs"][lr].values()]
-            axes[3].semilogx([float(lr)] * len(bpb), bpb, "o", color=f"C{i}", alpha=0.6)
-    axes[3].set_xlabel("peak learning rate")
-    axes[3].set_ylabel("best held-out bits/byte (dots: seeds; line: mean)")
-    for ax, letter in zip(axes, "abcd"):
-        ax.set_title(f"({letter})", loc="left", fontsize=9)
-        if ax.lines:
-            ax.legend(fontsize=7)
-    fig.suptitle(f"CS336 shape: {result['steps']} steps of {result['batch_size']} x {result['block_size']} tokens, "
-                 f"dropout {result['dropout']} | {result['data']} | "
-                 + " then ".join(dict.fromkeys(x["device"] for x in result.get("launches") or [result]))
-                 + (" | PARTIAL" if result.get("partial") else ""), fontsize=9)
-    fig.tight_layout()
-    return save_or_return(fig, path)
 
 
 # ------------------------------------------------------------------------------------------------ the experiment

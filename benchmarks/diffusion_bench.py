@@ -69,21 +69,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import (ROOT, best_eval, check_configs, commit, compare, hardware, model_shape,
-                               non_negative_float, positive_float, positive_int, result_options, save_or_return,
-                               seed_int, train_or_reuse, user_errors, write_result)
+from analysis import (DIFFUSION_ARMS as ARMS, blank_span, diffusion_arm_config as arm_config,
+                      diffusion_counts as counts, diffusion_plot as plot, diffusion_report as report)
+from common import (ROOT, best_eval, check_configs, commit, compare, hardware, model_shape, non_negative_float,
+                    positive_float, positive_int, result_options, seed_int, train_or_reuse, user_errors, write_result)
 
 from minwiola import data, diffusion, sha256_file
-from minwiola.budget import count_params
 from minwiola.generate import STORY_MODEL, generate_ids, load_model, words
-from minwiola.model import LanguageModel, next_token_loss, preset
+from minwiola.model import LanguageModel, next_token_loss
 from minwiola.train import TrainConfig, token_bytes
 
-# name: (preset, objective)
-ARMS = {"decoder": ("llama-style", "next-token"), "diffusion": ("diffusion-llama-style", "diffusion")}
 REFERENCE = "decoder"
 RATES = [1e-3, 3e-3, 1e-2]
 SEEDS = [0, 1, 2]
@@ -93,17 +88,6 @@ FRESH_NOTE = ("seed 0 chose the rate (its run is the sweep's best), so the fresh
 
 
 # ------------------------------------------------------------------------------------------------ the arms
-
-def arm_config(name: str, block_size: int, shape: dict | None = None) -> tuple[str, dict]:
-    """(preset, overrides) of arm `name`; `shape` (e.g. {"d": 16, "n_layers": 1}) shrinks both arms alike."""
-    return ARMS[name][0], {"dropout": 0.0, "context": block_size, **(shape or {})}
-
-
-def counts(block_size: int = 128, shape: dict | None = None) -> dict:
-    """Parameters of each arm (analytic, budget.count_params)."""
-    return {name: count_params(preset(*arm_config(name, block_size, shape)[:1], **arm_config(name, block_size, shape)[1]))
-            for name in ARMS}
-
 
 def run_name(name: str, lr: float, seed: int) -> str:
     return f"{name}-lr{lr:g}-s{seed}"
@@ -254,12 +238,6 @@ def infill_cases(tokenizer, args) -> list[tuple[int, list[int]]]:
     return cases
 
 
-def blank_span(n: int, blank: int) -> tuple[int, int]:
-    """The blank's [start, end): `blank` positions in the middle of a sequence of n."""
-    start = (n - blank) // 2
-    return start, start + blank
-
-
 @torch.no_grad()
 def infilling(diffusion_model, decoder, tokenizer, args) -> dict:
     """Each case's blank filled by the diffusion model (both sides seen) and continued by the decoder (left only),
@@ -343,101 +321,6 @@ def write(result: dict, path: Path) -> None:
                     result[key] = disk[key]
     summarise(result)
     write_result(result, path, plot)
-
-
-def report(result: dict) -> str:
-    """docs/results.md's tables: quality per arm, then generation per sampler."""
-    rows = ["| arm | parameters | peak rate | seeds | held-out bits/byte (mean) | spread (max - min) | nats/token | "
-            "what the number is |", "|---|---|---|---|---|---|---|---|"]
-    for name, arm in result["arms"].items():
-        if not arm["seeds"]:
-            continue
-        what = (f"upper bound (ELBO, {arm['seeds']['0']['draws'] if '0' in arm['seeds'] else '?'} draws; standard "
-                f"error at most {arm['max_stderr_bits_per_byte']:.4f})" if "max_stderr_bits_per_byte" in arm
-                else "exact")
-        rows.append(f"| `{name}` | {arm['params']:,} | {arm['best_lr']:g} | {len(arm['seeds'])} | "
-                    f"{arm['mean_bits_per_byte']:.4f} | {arm['spread_bits_per_byte']:.4f} | "
-                    f"{arm['mean_nats_per_token']:.3f} | {what} |")
-    if "generation" in result:
-        rows += ["", "| sampler | steps | forward passes per token | seconds per sample | judge nats/token | "
-                 "decoder nats/token | distinct words |", "|---|---|---|---|---|---|---|"]
-        for s in result["generation"]["settings"]:
-            kind = ("decoder (KV cache)" if s["sampler"] == "decoder"
-                    else f"diffusion, blocks of {s['block']}" if s["block"] else "diffusion, whole window")
-            rows.append(f"| {kind} | {s['steps']} | {s['forward_passes_per_token']:.3f} | {s['mean_seconds']:.2f} | "
-                        f"{s['mean_judge_nats']:.3f} | {s['mean_decoder_nats']:.3f} | {s['mean_distinct_words']:.3f} |")
-    if "infilling" in result:
-        inf = result["infilling"]
-        rows += ["", f"| blank of {inf['blank']} tokens ({inf['stories']} held-out stories) | tokens equal to the "
-                 "original | judge nats/token of the blank | judge nats/token after the blank |", "|---|---|---|---|"]
-        for method, m in inf["mean"].items():
-            rows.append(f"| {method} | {m['exact']:.3f} | {m['fill_nats']:.3f} | {m['after_nats']:.3f} |")
-    return "\n".join(rows)
-
-
-def plot(result: dict, path: Path | None = None):
-    """(a) held-out bits/byte per arm and seed (the diffusion arm's a bound, with its standard error); (b) the
-    judge's nats/token of samples against the number of unmasking steps; (c) held-out loss over training."""
-    import matplotlib
-    if path is not None:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.5))
-    names = [n for n in result["arms"] if result["arms"][n]["seeds"]]
-    for i, name in enumerate(names):
-        seeds = result["arms"][name]["seeds"]
-        bpb = [s["bits_per_byte"] for s in seeds.values()]
-        bound = name == "diffusion"
-        # a short line at the mean, not a bar: the axis cannot start at 0 without flattening the difference
-        a.plot([i - 0.3, i + 0.3], [statistics.mean(bpb)] * 2, color="orangered" if bound else "steelblue", lw=3,
-               label="upper bound (negative ELBO)" if bound else "exact")
-        a.errorbar([i] * len(bpb), bpb, yerr=[s.get("stderr_bits_per_byte", 0) for s in seeds.values()], fmt="k.",
-                   capsize=3)
-    if names:
-        a.set_xticks(range(len(names)), names)
-        a.set_xlim(-0.6, len(names) - 0.4)
-        lows = [s["bits_per_byte"] for n in names for s in result["arms"][n]["seeds"].values()]
-        a.set_ylim(min(lows) - 0.1, max(lows) + 0.1)
-        a.legend(fontsize=8)
-    a.set_ylabel("held-out bits/byte (line: mean; dots: seeds)")
-    a.set_title("(a) quality: a bound against an exact value", fontsize=9)
-    if "generation" in result:
-        settings = result["generation"]["settings"]
-        for block, style in ((result["generation"]["settings"][0]["block"], "o-"), (None, "s--")):
-            pts = [(s["steps"], s["mean_judge_nats"]) for s in settings if s["sampler"] == "diffusion" and s["block"] == block]
-            if pts:
-                b.plot(*zip(*pts), style, label=f"diffusion, blocks of {block}" if block else "diffusion, whole window")
-        dec = [s for s in settings if s["sampler"] == "decoder"]
-        if dec:
-            b.axhline(dec[0]["mean_judge_nats"], color="k", ls=":", label="decoder (one pass per token)")
-        # the anchor: a token drawn uniformly costs ln V nats, V the tokenizer's vocabulary (the decoder arm's, which
-        # the judge shares; the diffusion arm's is one id larger, for [MASK])
-        plain = [arm for arm in result["arms"].values() if arm.get("objective") != "diffusion" and "preset" in arm]
-        if plain:
-            vocab = preset(plain[0]["preset"], **plain[0].get("overrides", {})).vocab_size
-            b.axhline(math.log(vocab), color="grey", ls="-.",
-                      label=f"uniform random token (ln {vocab:,} = {math.log(vocab):.2f})")
-        b.set_xscale("log", base=2)
-        b.legend(fontsize=8)
-    b.set_xlabel(f"unmasking steps N for {result.get('generation', {}).get('generated', '?')} tokens after <|endoftext|>")
-    b.set_ylabel("judge's nats/token of the samples (lower: more plausible)")
-    b.set_title("(b) samples against the number of steps", fontsize=9)
-    for name in names:
-        arm = result["arms"][name]
-        run = arm["seeds"].get("0") or next(iter(arm["seeds"].values()))
-        curve = np.array(run["valid_curve"])
-        c.plot(curve[:, 0] / 1e6, curve[:, 1], "o-", label=f"{name}, held-out" + (
-            f" (bound, first {result.get('trainer_bound_windows', '?')} windows)" if name == "diffusion" else ""))
-        train = np.array(run["train_curve"])
-        c.plot(train[:, 0] / 1e6, train[:, 1], "-", alpha=0.5, label=f"{name}, training loss")
-    c.set_xlabel("training tokens (millions)")
-    c.set_ylabel("nats/token")
-    c.set_title("(c) loss over training (seed 0, best rate)", fontsize=9)
-    if c.lines:
-        c.legend(fontsize=8)
-    fig.suptitle(result["data"] + (" (partial)" if result.get("partial") else ""), fontsize=9)
-    fig.tight_layout()
-    return save_or_return(fig, path)
 
 
 # -------------------------------------------------------------------------------------------------- main

@@ -24,38 +24,21 @@ processes may train disjoint --encodings into their own --result files; `--evalu
 finished run into one result (and trains nothing).
 """
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import (ROOT, best_eval, commit, hardware, positive_float, positive_int, save_or_return,
-                               seed_int, train_or_reuse, user_errors)
+from analysis import ENCODINGS, extrapolation_plot as plot, gap, loss_by_position, stretched, windows
+from common import (ROOT, best_eval, commit, hardware, positive_float, positive_int, seed_int, train_or_reuse,
+                    user_errors)
 
 from minwiola import data
-from minwiola.model import LanguageModel
 from minwiola.train import TrainConfig
 
 BASE = "llama-style"
-ENCODINGS = {
-    "learned": {"positions": "learned"},
-    "sinusoidal": {"positions": "sinusoidal"},
-    "rope": {"positions": "rope"},
-    "rope base 1e6": {"positions": "rope", "rope_theta": 1e6},
-    "srpe": {"positions": "srpe"},                                       # the paper's setting
-    "srpe a_s=0": {"positions": "srpe", "srpe_a": 0.0},
-    "srpe offset": {"positions": "srpe", "srpe_radius": "offset"},        # the relative fix of lesson 06
-    "alibi": {"positions": "alibi"},
-    "none": {"positions": "none"},                                        # NoPE: only the causal mask
-}
 
 
 def train(name: str, seed: int, args) -> Path:
@@ -67,100 +50,10 @@ def train(name: str, seed: int, args) -> Path:
     return train_or_reuse(cfg, Path(args.runs) / f"{name.replace(' ', '_')}-s{seed}")
 
 
-def stretched(folder: Path, context: int) -> LanguageModel:
-    """The trained model in `folder` rebuilt with a longer context. Nothing else changes: RoPE, SRPE and ALiBi
-    compute their tables for any position, the sinusoidal table is a formula; a learned table keeps its trained rows
-    and its new rows keep the initial values of a fresh model (seed 0): they were never trained."""
-    short = LanguageModel.from_pretrained(folder)
-    torch.manual_seed(0)
-    long = LanguageModel(dataclasses.replace(short.config, context=context))
-    state = long.state_dict()
-    for key, value in short.state_dict().items():
-        if key == "pos.weight":
-            state[key][: value.shape[0]] = value                     # the rows it was trained on
-        else:
-            state[key] = value
-    long.load_state_dict(state)
-    return long.eval()
-
-
-def windows(length: int, count: int) -> torch.Tensor:
-    """`count` non-overlapping windows of `length` + 1 held-out tokens (inputs and shifted targets)."""
-    stream = data.tokens("valid")
-    count = min(count, (len(stream) - 1) // length)
-    if count < 1:
-        raise SystemExit(f"the held-out split has {len(stream):,} tokens, fewer than one window of {length + 1}")
-    starts = np.arange(count) * length
-    return torch.from_numpy(np.stack([stream[s:s + length + 1] for s in starts]).astype(np.int64))
-
-
-@torch.no_grad()
-def loss_by_position(model: LanguageModel, batch: torch.Tensor, chunk: int = 8) -> list[float]:
-    """Mean next-token loss (nats) at each position of the windows in `batch`."""
-    total = torch.zeros(batch.shape[1] - 1, dtype=torch.float64)
-    for rows in batch.split(chunk):
-        logits = model(rows[:, :-1])
-        loss = F.cross_entropy(logits.transpose(1, 2), rows[:, 1:], reduction="none")     # (B, T)
-        total += loss.double().sum(0)
-    return (total / batch.shape[0]).tolist()
-
-
-def gap(curve: list[float], L: int) -> float:
-    """Mean loss over positions [2L, end) minus the mean over [L/2, L)."""
-    return statistics.mean(curve[2 * L:]) - statistics.mean(curve[L // 2:L])
-
-
 def verdict(gaps: list[float], threshold: float) -> dict:
     mean, spread = statistics.mean(gaps), max(gaps) - min(gaps)
     word = "holds" if mean + 2 * spread < threshold else "breaks" if mean - 2 * spread > threshold else "unclear"
     return {"gap": mean, "spread": spread, "verdict": word}
-
-
-def plot(result: dict, path: Path | None = None):
-    """Loss against position for every encoding (left), and each one's loss minus ALiBi's at the same position
-    (right: every encoding is evaluated on the same windows, so the noise of the windows cancels). The left panel's
-    height is set by the encodings that stay within 1.5 nats of their loss before L; one that climbs higher runs off
-    the top, and its name says so. Saved to `path` if given; the figure is returned."""
-    import matplotlib
-    if path is not None:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    L = result["block_size"]
-    means = {name: np.mean([s["loss_by_position"] for s in arm["seeds"].values()], axis=0)
-             for name, arm in result["encodings"].items()}
-    k = max(1, len(next(iter(means.values()))) // 128)                # smooth over k positions for reading
-    smooth = {name: np.convolve(m, np.ones(k) / k, mode="valid") for name, m in means.items()}
-    x = np.arange(len(next(iter(smooth.values())))) + k // 2
-    tame = [s for name, s in smooth.items() if result["encodings"][name]["gap"] < 1.5]
-    top = max(s.max() for s in tame or smooth.values()) + 0.2
-    reference = "alibi" if "alibi" in means else None
-    fig, axes = plt.subplots(1, 2 if reference else 1, figsize=(13 if reference else 8, 4.8), squeeze=False)
-    left, right = axes[0, 0], axes[0, -1]
-    for name, s in smooth.items():
-        seeds = len(result["encodings"][name]["seeds"])
-        off = " (off the top past L)" if s.max() > top else ""
-        line, = left.plot(x, s, label=f"{name} ({seeds} seed{'s' * (seeds > 1)}){off}")
-        if reference and name != reference:
-            diff = np.convolve(means[name] - means[reference], np.ones(k) / k, mode="valid")
-            right.plot(x, diff, color=line.get_color(), label=name + (" (off the top)" if off else ""))
-    left.set_ylim(top=top)
-    left.set_ylabel("held-out loss (nats/token), mean over windows and seeds")
-    left.set_title(f"Loss against position, trained at L = {L}", fontsize=9)
-    left.legend(fontsize=7, ncol=2, loc="lower left")
-    if reference:
-        right.axhline(0, color="grey", lw=0.8)
-        right.set_ylim(-0.3, top - min(s.min() for s in tame or smooth.values()))
-        right.set_ylabel(f"loss minus {reference}'s at the same position (nats/token)")
-        right.set_title(f"The same, relative to {reference} (the same windows)", fontsize=9)
-        right.legend(fontsize=7, ncol=2, loc="upper left")
-    for ax in {left, right}:
-        ax.axvline(L, color="k", ls=":", lw=1)
-        ax.text(L, ax.get_ylim()[1], " training length", va="top", fontsize=8)
-        ax.set_xscale("log")
-        ax.set_xlabel("position in the window (tokens)")
-    fig.suptitle(result["data"], fontsize=9)
-    fig.tight_layout()
-    return save_or_return(fig, path)
 
 
 @user_errors

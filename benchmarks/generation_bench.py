@@ -33,14 +33,10 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import commit, hardware, known_preset, positive_int, result_options, user_errors, \
-    with_history, write_result
-from minwiola.generate import generate_ids, sample_next
+from analysis import library_decode, operations_profile, reference_decode
+from common import commit, hardware, known_preset, positive_int, result_options, user_errors, with_history, write_result
+from minwiola.generate import sample_next
 from minwiola.model import LanguageModel, ModelConfig, preset
 
 YOCTO_CLAIM = {"tokens_per_s": "700+", "hardware": "Apple M-series CPU (Yocto README); 200-400 on a standard laptop CPU"}
@@ -58,45 +54,6 @@ def check_reference_shape(cfg: ModelConfig, name: str = "this config") -> None:
                          f"this one differs in {differ}")
 
 
-@torch.no_grad()
-def reference_decode(model: LanguageModel, first: int, n: int, seed: int) -> list[int]:
-    """`n` tokens after the token `first`, sampled at temperature 1 by a generator seeded with `seed`: the
-    library's model (Yocto's block) computed with torch's functions on its weights, one token at a time."""
-    cfg, W = model.config, model.state_dict()
-    d, H, L = cfg.d, cfg.n_heads, cfg.n_layers
-    d_h = d // (3 * H)                                  # the unified projection: three bands of d/3
-    half = d_h // 2
-    angles = torch.arange(cfg.context, dtype=torch.float64)[:, None] * \
-        cfg.rope_theta ** (-2.0 * torch.arange(half, dtype=torch.float64) / d_h)
-    cos, sin = angles.cos().to(W["embed.weight"].dtype), angles.sin().to(W["embed.weight"].dtype)
-    K = W["embed.weight"].new_zeros(L, 1, H, n + 1, d_h)       # every layer's keys and values, preallocated
-    V = torch.zeros_like(K)
-    generator = torch.Generator().manual_seed(seed)
-    token, out = torch.tensor([first]), [first]
-
-    def rope(x, p):                                     # rotate the pairs (x_j, x_{j + d_h/2}) by angle p w_j
-        x1, x2 = x[..., :half], x[..., half:]
-        return torch.cat([x1 * cos[p] - x2 * sin[p], x1 * sin[p] + x2 * cos[p]], -1)
-
-    for p in range(n):
-        x = W["embed.weight"][token]                                     # (1, d)
-        for layer in range(L):
-            w = lambda name: W[f"blocks.{layer}.{name}"]                 # noqa: E731
-            h = F.layer_norm(x, (d,), w("norm1.weight"), w("norm1.bias"))
-            q, k, v = F.linear(h, w("attn.qkv.weight")).view(3, H, d_h)
-            K[layer, 0, :, p], V[layer, 0, :, p] = rope(k, p), v
-            o = F.scaled_dot_product_attention(rope(q, p)[None, :, None], K[layer, :, :, :p + 1],
-                                               V[layer, :, :, :p + 1])   # one query sees every key: no mask
-            x = x + F.linear(o.reshape(1, H * d_h), w("attn.out.weight"))
-            h = F.layer_norm(x, (d,), w("norm2.weight"), w("norm2.bias"))
-            x = x + F.linear(F.gelu(F.linear(h, w("ffn.up.weight"), w("ffn.up.bias"))), w("ffn.down.weight"),
-                             w("ffn.down.bias"))
-        logits = F.linear(F.layer_norm(x, (d,), W["norm.weight"], W["norm.bias"]), W["embed.weight"])
-        token = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)[0]
-        out.append(int(token))
-    return out
-
-
 def inference_mode(decode):
     """`decode` run in inference mode, as generate_ids runs (no autograd bookkeeping at all, where no_grad still
     keeps version counters): the reference's best with no change to its arithmetic."""
@@ -104,30 +61,6 @@ def inference_mode(decode):
         with torch.inference_mode():
             return decode(*args)
     return run
-
-
-def library_decode(model: LanguageModel, first: int, n: int, seed: int, use_cache: bool = True) -> list[int]:
-    """The same through the library: `generate_ids` at temperature 1."""
-    prompt = torch.tensor([[first]])
-    return generate_ids(model, prompt, n, temperature=1.0, seed=seed, use_cache=use_cache)[0].tolist()
-
-
-def operations_profile(decode, n: int) -> dict[str, float]:
-    """What PyTorch's profiler sees of `decode(n)`, per written token: the operations it runs (aten calls, which do
-    not depend on the machine), the milliseconds spent inside them, and the milliseconds of the whole decode under
-    the profiler; the difference is time outside any operation: Python, module calls, checks, dispatch. (The
-    profiler slows every operation a little, so these milliseconds run above the unprofiled ones.)"""
-    decode(n)                                           # warm up outside the count
-    os.environ.setdefault("KINETO_LOG_LEVEL", "10")     # the profiler's own start and stop lines, unprinted
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        start = time.perf_counter()
-        decode(n)
-        wall = time.perf_counter() - start
-    events = prof.key_averages()
-    inside = sum(event.self_cpu_time_total for event in events) / 1e3       # microseconds -> ms
-    return {"ops_per_token": round(sum(event.count for event in events) / n, 1),
-            "ms_in_operations": round(inside / n, 4), "ms_profiled": round(1e3 * wall / n, 4),
-            "ms_outside_operations": round((1e3 * wall - inside) / n, 4)}
 
 
 @torch.inference_mode()          # as generate_ids decodes

@@ -61,18 +61,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, positive_float,
-                               positive_int, result_options, save_or_return, seed_int, user_errors)
+from analysis import (DIGITS, SPAN, build, decode, optimiser_step, report_sort, sort_configs, sort_evaluate, sort_train,
+                      target_loss)
+from common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, positive_float,
+                    positive_int, result_options, save_or_return, seed_int, user_errors)
 
 from minwiola import data
 from minwiola.budget import count_params, encdec_breakdown, encdec_params, layout_costs
-from minwiola.encdec import (EncoderDecoder, greedy, shift_right, span_corruption, span_lengths,
-                             spans_restored)
-from minwiola.generate import generate_ids
-from minwiola.model import LanguageModel, next_token_loss, preset
+from minwiola.encdec import span_corruption, span_lengths, spans_restored
+from minwiola.model import preset
 from minwiola.tokenizer import default_tokenizer
 from minwiola.train import learning_rate, parameter_groups
 
@@ -94,27 +91,6 @@ def configs(tokenizer_vocab: int, window: int, shape: dict | None = None) -> dic
     return {"encdec": encdec, "decoder": decoder_with(best)}
 
 
-def build(name: str, cfg):
-    return EncoderDecoder(cfg) if name == "encdec" else LanguageModel(cfg)
-
-
-def target_loss(name: str, model, src: torch.Tensor, tgt: torch.Tensor, start: int) -> torch.Tensor:
-    """Mean cross-entropy of the targets (B, U) in nats per target token, for either layout."""
-    if name == "encdec":
-        return model.loss(src, shift_right(tgt, start), tgt)
-    seq = torch.cat([src, shift_right(tgt, start)], 1)             # source, start, target without its last
-    return next_token_loss(model(seq)[:, src.shape[1]:], tgt)     # only the target positions count
-
-
-@torch.no_grad()
-def decode(name: str, model, src: torch.Tensor, length: int, start: int) -> torch.Tensor:
-    """Greedy targets (B, length) for sources (B, S)."""
-    if name == "encdec":
-        return greedy(model, src, length, start)
-    prefix = torch.cat([src, torch.full_like(src[:, :1], start)], 1)
-    return generate_ids(model, prefix, length, temperature=0.0)[:, prefix.shape[1]:]
-
-
 def held_out(tokenizer, windows: int, window: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(ids, source, target) of the first `windows` consecutive windows of the validation split, corrupted with a
     generator seeded by `seed`: what every arm is evaluated on, rebuilt the same way by a lesson."""
@@ -132,19 +108,6 @@ def save(path: Path, state: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(state, tmp)
     tmp.replace(path)
-
-
-def optimiser_step(name: str, model, opt, batch: tuple, lr: float) -> float:
-    """One step at rate `lr` on the target loss of batch = (source, target, start id), gradients clipped at 1.0;
-    returns the loss (nats per target token, rounded to 4 places)."""
-    for group in opt.param_groups:
-        group["lr"] = lr
-    loss = target_loss(name, model, *batch)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    return round(loss.item(), 4)
 
 
 def train(name: str, cfg, seed: int, args, tokenizer) -> Path:
@@ -305,57 +268,7 @@ def costs(window: int, tokenizer_vocab: int) -> dict:
 # (c) --task sort: a synthetic task that cannot be done without reading the source
 # ----------------------------------------------------------------------------------------------------
 
-DIGITS, SPAN = 10, 8          # the source: 8 digits 0..9; the target: the same digits sorted; id 10 starts targets
 SORT = {"steps": 400, "batch_size": 32, "lr": 1e-2, "eval_rows": 512, "eval_seed": 4321}
-
-
-def sort_task(n: int, generator: torch.Generator, span: int = SPAN) -> tuple[torch.Tensor, torch.Tensor]:
-    """(source, target), each (n, span): rows of random digits 0..DIGITS-1, and the same digits in ascending order.
-    A target's tokens are fixed by its source and by nothing else, so a model that does not read its source can do
-    no better than guess sorted digits (several nats per target); one that reads it can reach 0."""
-    source = torch.randint(0, DIGITS, (n, span), generator=generator)
-    return source, source.sort(1).values
-
-
-def sort_configs(shape: dict | None = None, span: int = SPAN) -> dict:
-    """The two arms for the sort task: llama-style at d = 32 with 2 + 2 layers (encdec) and the decoder-only
-    model of 4 layers whose SwiGLU width brings its parameters closest (one sequence: source, start, target).
-    The vocabulary is the 10 digits and the start id."""
-    common = dict(vocab_size=DIGITS + 1, dropout=0.0, d=32, n_layers=2, **(shape or {}))
-    encdec = preset("llama-style", **common, context=span)
-    common["n_layers"] = 2 * encdec.n_layers
-    decoder_with = lambda h: preset("llama-style", **common, d_ff=h, context=2 * span + 1)  # noqa: E731
-    best = min(range(8, 8 * encdec.d), key=lambda h: abs(count_params(decoder_with(h)) - encdec_params(encdec)))
-    return {"encdec": encdec, "decoder": decoder_with(best)}
-
-
-def sort_train(name: str, cfg, seed: int, steps: int, batch_size: int = 32, lr: float = 1e-2):
-    """Train arm `name` on fresh sort pairs (AdamW, warmup 5% then cosine, clipping at 1.0; the loss on the
-    target tokens only, as `target_loss`). Returns (model, losses). A few seconds per hundred steps on one thread."""
-    torch.manual_seed(seed)
-    model = build(name, cfg)
-    opt = torch.optim.AdamW(parameter_groups(model, 0.0), lr=lr, betas=(0.9, 0.95))
-    g = torch.Generator().manual_seed(seed)
-    losses = []
-    model.train()
-    for step in range(steps):
-        losses.append(optimiser_step(name, model, opt, (*sort_task(batch_size, g), DIGITS),
-                                     learning_rate(step / steps, lr, 0.05)))
-    return model.eval(), losses
-
-
-@torch.no_grad()
-def sort_evaluate(name: str, model, rows: int = 512, seed: int = 4321) -> dict:
-    """On `rows` held-out pairs (drawn with `seed`): the target loss in nats per target token with each row's own
-    source and with another row's source (the source rolled by one row), and by greedy decoding the fraction of
-    targets written exactly and of target digits right."""
-    model.eval()
-    src, tgt = sort_task(rows, torch.Generator().manual_seed(seed))
-    predicted = decode(name, model, src, tgt.shape[1], DIGITS)
-    return {"nats_per_target_token": target_loss(name, model, src, tgt, DIGITS).item(),
-            "nats_per_target_token_other_source": target_loss(name, model, src.roll(1, 0), tgt, DIGITS).item(),
-            "targets_exact": (predicted == tgt).all(1).float().mean().item(),
-            "digits_right": (predicted == tgt).float().mean().item(), "rows": rows}
 
 
 def sort_run(seeds: list[int], steps: int, shape: dict | None = None) -> dict:
@@ -374,16 +287,6 @@ def sort_run(seeds: list[int], steps: int, shape: dict | None = None) -> dict:
         for key in ("nats_per_target_token", "nats_per_target_token_other_source", "targets_exact"):
             arm[f"mean_{key}"] = sum(s[key] for s in arm["seeds"].values()) / len(seeds)
     return out
-
-
-def report_sort(result: dict) -> str:
-    """The sort task's table: per arm, the target loss with its own source and with another row's source."""
-    rows = ["| sort task arm | parameters | seeds | held-out nats per target token | with another row's source | "
-            "targets written exactly |", "|---|---|---|---|---|---|"]
-    for name, arm in result["sort"]["arms"].items():
-        rows.append(f"| {name} | {arm['params']:,} | {len(arm['seeds'])} | {arm['mean_nats_per_target_token']:.3f} | "
-                    f"{arm['mean_nats_per_target_token_other_source']:.3f} | {arm['mean_targets_exact']:.1%} |")
-    return "\n".join(rows)
 
 
 @user_errors

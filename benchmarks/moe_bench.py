@@ -47,11 +47,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import (ROOT, best_eval, check_configs, commit, compare, hardware, model_shape, positive_float,
-                               positive_int, save_or_return, seed_int, train_or_reuse, user_errors)
+from analysis import MOE_ARMS as ARMS, held_out, moe_arm_config as arm_config, routing
+from common import (ROOT, best_eval, check_configs, commit, compare, hardware, model_shape, positive_float,
+                    positive_int, save_or_return, seed_int, train_or_reuse, user_errors)
 
 from minwiola import data
 from minwiola.budget import active_params, count_params
@@ -59,22 +57,8 @@ from minwiola.generate import load_model
 from minwiola.model import preset
 from minwiola.train import TrainConfig, read_metrics
 
-ARMS = {
-    "dense": ("llama-style", {}),
-    "moe": ("moe-llama-style", {}),
-    "dense-total": ("llama-style", {"d_ff": 524}),
-    "dsff": ("llama-style", {"ffn": "dsff", "d_ff_a": 44, "d_ff": 134}),
-    "moe-no-aux": ("moe-llama-style", {"moe_aux": 0.0}),
-}
 COMPARE = [("moe", "dense"), ("dense-total", "dense"), ("dsff", "dense"), ("moe", "dense-total"), ("moe", "dsff"),
            ("moe-no-aux", "moe")]
-
-
-def arm_config(name: str, block_size: int, shape: dict | None = None) -> tuple[str, dict]:
-    """(preset, overrides) of arm `name`; `shape` (e.g. {"d": 16, "n_layers": 1}) shrinks every arm alike (for
-    tests and the lesson's live run; then the equalities of parameters hold only roughly)."""
-    name_of_preset, extra = ARMS[name]
-    return name_of_preset, {"dropout": 0.0, "context": block_size, **(shape or {}), **extra}
 
 
 def counts(name: str, block_size: int = 128, shape: dict | None = None) -> dict:
@@ -94,41 +78,6 @@ def load_over_training(out: Path, points: int = 30) -> dict:
     return {"steps": [s[-1]["step"] for s in stretches],
             "load": [[[round(float(x), 4) for x in np.mean([r["moe_load"][layer] for r in s], axis=0)]
                       for s in stretches] for layer in range(len(records[0]["moe_load"]))]}
-
-
-def held_out(max_tokens: int, tokenizer, length: int = 128) -> torch.Tensor:
-    """The first rows of `length` held-out tokens, at most `max_tokens` of them."""
-    stream = data.tokens("valid", tokenizer)
-    rows = max(1, min(max_tokens, len(stream)) // length)
-    return torch.from_numpy(stream[:rows * length].astype(np.int64)).view(rows, -1)
-
-
-@torch.no_grad()
-def routing(model, batch: torch.Tensor, chunk: int = 16) -> dict:
-    """Held-out routing of a trained MoE: per layer the load per expert (top-k assignments), the fraction dropped,
-    and every token's top-1 expert ((layers, tokens), in the batch's row-major order)."""
-    model.eval()
-    top1 = {i: [] for i in range(len(model.moe_layers()))}
-    hooks = []
-    for i, layer in enumerate(model.moe_layers()):
-        def hook(module, args, output, i=i):
-            x = args[0]
-            logits = module.router(x.reshape(-1, x.shape[-1]))        # row-major (the layer serves position-major)
-            top1[i].append(logits.argmax(-1))
-        hooks.append(layer.register_forward_hook(hook))
-    loads, dropped = [], []
-    try:
-        for rows in batch.split(chunk):
-            model(rows)
-            stats = model.moe_stats()
-            loads.append(stats["moe_load"] * rows.numel())
-            dropped.append(stats["moe_dropped"] * rows.numel())
-    finally:
-        for h in hooks:
-            h.remove()
-    n = batch.numel()
-    return {"load": (sum(loads) / n).tolist(), "dropped": (sum(dropped) / n).tolist(),
-            "top1": torch.stack([torch.cat(top1[i]) for i in top1])}
 
 
 def expert_tokens(top1: torch.Tensor, ids: torch.Tensor, tokenizer, top: int = 8) -> list[list[dict]]:
@@ -187,19 +136,6 @@ def summarise(result: dict) -> None:
     wanted["moe-no-aux"] = [str(s) for s in result["seeds_no_aux"]]
     result["partial"] = any(set(seeds) - set(result["arms"].get(name, {}).get("seeds", {}))
                             for name, seeds in wanted.items())
-
-
-def report(result: dict) -> str:
-    """docs/results.md's table."""
-    rows = ["| arm | parameters (total / active) | seeds | nats/token | bits/byte | spread | tokens/s | vs dense |",
-            "|---|---|---|---|---|---|---|---|"]
-    for name, arm in result["arms"].items():
-        verdict = result["comparison"].get(f"{name} vs dense")
-        v = f"{verdict['difference']:+.4f} ({verdict['verdict']})" if verdict else "—"
-        rows.append(f"| `{name}` | {arm['params']['total']:,} / {arm['params']['active']:,} | {len(arm['seeds'])} | "
-                    f"{arm['mean_nats_per_token']:.3f} | {arm['mean_bits_per_byte']:.4f} | "
-                    f"{arm['spread_bits_per_byte']:.4f} | {arm['mean_tokens_per_s']:,.0f} | {v} |")
-    return "\n".join(rows)
 
 
 def plot(result: dict, path: Path | None = None):

@@ -27,56 +27,22 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import ROOT, commit, hardware, natural_int, positive_int, user_errors
+from analysis import seed_record
+from common import ROOT, commit, hardware, natural_int, positive_int, user_errors
 
 from minwiola import data
 from minwiola.budget import training_flops
 from minwiola.tools.launch import pick_device
+from minwiola.recipes import RECIPES, Recipe
 from minwiola.tools.train_cli import command_line
 from minwiola.train import TrainConfig, Trainer, evaluate, read_metrics
 
 RESULT = ROOT / "results" / "recipes.json"
-# The shipped story model's settings (its made.json: a Wiola of 513,156 parameters, results/convergence.json)
-STORY_SETTINGS = ("--preset", "llama-style", "--batch-size", "32", "--block-size", "256", "--lr", "0.03",
-                  "--set", "dropout=0.1", "norm=wiola", "positions=srpe", "ffn=dsff", "d_ff_a=44", "d_ff=134",
-                  "gcla=causal", "atm=copy-forward", "atm_tau=0.4951")
 
-
-@dataclass(frozen=True)
-class Recipe:
-    budget: str            # who it is for
-    device: str            # "cpu" or "cuda": what it needs
-    args: tuple            # the trainer's command line, less --out
-    note: str              # what to expect and why these settings
-
-
-RECIPES = {
-    "laptop-cpu-1h": Recipe(
-        "a laptop CPU for an hour", "cpu", STORY_SETTINGS + ("--minutes", "60"),
-        "the shipped story model's settings (the full Wiola, 513,156 parameters, at the rate its sweep chose); the "
-        "clock ends the run, so a faster laptop sees more tokens in the same hour"),
-    "consumer-gpu-1h": Recipe(
-        "one consumer GPU for an hour (a hosted notebook's T4, an RTX 3060-4090)", "cuda",
-        ("--preset", "llama-cs336", "--batch-size", "64", "--block-size", "256", "--lr", "1e-3", "--minutes", "60",
-         "--compile"),
-        "CS336's TinyStories shape (17.3M parameters); precision auto: bf16 where the card has it, fp16 with a "
-        "gradient scaler where it does not (a T4); if it runs out of memory the trainer names a batch that fits; the "
-        "rate is a starting point, not yet tuned on a GPU"),
-    "datacenter-gpu-30min": Recipe(
-        "one datacenter GPU for 30 minutes (A100, H100, H200)", "cuda",
-        ("--preset", "llama-cs336", "--batch-size", "128", "--block-size", "256", "--lr", "2e-3", "--minutes", "30",
-         "--compile", "--eval-every", "1000"),
-        "CS336's shape on the full split; `--preset wiola-cs336` (17.2M, equal parameters within 0.4%) is the same "
-        "recipe for Wiola; the rate is a starting point, not yet tuned on a GPU"),
-}
 
 # Dense peak of the card in bf16 (fp16 for a T4, which has no bf16 units), in TFLOP/s, from the makers' data sheets
 # (without sparsity): what MFU divides by. A card not listed gets no MFU rather than a guess.
@@ -85,8 +51,7 @@ PEAK_TFLOPS = {"H200": 989.0, "H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "A100
 
 
 def command(name: str) -> str:
-    recipe = RECIPES[name]
-    return "python -m minwiola.train " + " ".join(recipe.args) + f" --out runs/{name}"
+    return RECIPES[name].command(f"runs/{name}")
 
 
 def train_config(recipe: Recipe, **changes) -> TrainConfig:
@@ -143,7 +108,6 @@ def sample_loss_at(tokens: int) -> dict | None:
     """The held-out loss of the shipped story model's own run on the sample (its seed in results/convergence.json,
     named by the model's made.json), at the last evaluation at or before `tokens` (the CPU recipe's settings, a
     3,000-step schedule; the TinyStories sample, not the full split)."""
-    from benchmarks.convergence import seed_record
     from minwiola.generate import STORY_MODEL
     path = ROOT / "results" / "convergence.json"
     if not path.exists() or not (STORY_MODEL / "made.json").exists():

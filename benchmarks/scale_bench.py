@@ -67,13 +67,9 @@ import threading
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import (ROOT, commit, hardware, positive_float, positive_int, proportion, save_or_return, seed_int,
+                    user_errors, write_result)
 
-from benchmarks.common import (ROOT, commit, hardware, positive_float, positive_int, proportion, save_or_return,
-                               seed_int, user_errors, write_result)
-
-PACKAGE_PARENT = Path(__file__).resolve().parents[1]   # where a step's fresh process imports `benchmarks` from
 OFFICIAL = {"train": ("TinyStories-train.txt", 1_924_281_556), "valid": ("TinyStories-valid.txt", 19_447_282)}
 SEP = "\n<|endoftext|>\n"
 MARKER = ".scale_bench"                     # in the work folder: the folder is ours to delete
@@ -413,16 +409,16 @@ def measure(cmd: list[str], env: dict, log: Path, kill_after: float | None = Non
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# What runs inside a step's process (python -c "... scale_bench.child(NAME, ARGS)")
+# What runs inside a step's process (python benchmarks/scale_bench.py --child NAME ARGS)
 # ----------------------------------------------------------------------------------------------------------------
 
 RESULT_TAG = "SCALE_BENCH_RESULT "
+CHILD = "--child"                   # a step's process: this file run with --child NAME ARGS calls child(NAME, ARGS)
 
 
 def child_command(name: str, **kwargs) -> list[str]:
-    code = (f"import sys; sys.path.insert(0, {str(PACKAGE_PARENT)!r}); from benchmarks import scale_bench; "
-            f"scale_bench.child({name!r}, {json.dumps(kwargs)!r})")
-    return [sys.executable, "-c", code]
+    """The command of a step's fresh process: this file again, from ROOT (where `measure` runs every step)."""
+    return [sys.executable, str(Path(__file__).resolve().relative_to(ROOT)), CHILD, name, json.dumps(kwargs)]
 
 
 def child(name: str, kwargs: str) -> None:
@@ -1040,4 +1036,6 @@ def warnings_to_stdout():
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == [CHILD]:                # a step's process (child_command), not a run of the benchmark
+        raise SystemExit(child(*sys.argv[2:]))
     raise SystemExit(main())

@@ -26,10 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import commit, hardware, positive_int, result_options, user_errors, write_result
+from common import commit, hardware, positive_int, result_options, user_errors, write_result
 from minwiola import ssm
 
 

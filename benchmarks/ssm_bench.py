@@ -55,22 +55,17 @@ import dataclasses
 import json
 import math
 import os
-import re
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import (ROOT, best_eval, best_of, check_configs, commit, compare, hardware, model_shape,
-                               positive_float, positive_int, result_options, save_or_return, seed_int, step_times,
-                               train_or_reuse, user_errors, write_result)
+from analysis import (MIXERS, SSM_ARMS as ARMS, SSM_REFERENCE as REFERENCE, probe, probe_windows,
+                      ssm_arm_config as arm_config, ssm_fresh_seeds as fresh_seeds, ssm_plot as plot)
+from common import (ROOT, best_eval, best_of, check_configs, commit, compare, hardware, model_shape, positive_float,
+                    positive_int, result_options, seed_int, step_times, train_or_reuse, user_errors, write_result)
 
 from minwiola import data
 from minwiola.budget import count_params, kv_cache_bytes, state_bytes
@@ -79,16 +74,6 @@ from minwiola.ssm import SSM, SSMState, kernel
 from minwiola.tokenizer import default_tokenizer
 from minwiola.train import TrainConfig
 
-# name: the preset, its overrides, and where its rate comes from ("sweep" or another arm's best rate)
-ARMS = {
-    "llama-style": {"preset": "llama-style", "overrides": {}, "rate_from": "sweep"},
-    "ssm-llama-style": {"preset": "ssm-llama-style", "overrides": {}, "rate_from": "sweep"},
-    "selective": {"preset": "ssm-llama-style", "overrides": {"ssm_kind": "selective"}, "rate_from": "ssm-llama-style",
-                  "match_params_of": "llama-style"},
-}
-REFERENCE = "llama-style"                # the arm every other is compared with
-MIXERS = ("attention (fused)", "attention (explicit)", "S4D (FFT convolution)", "S4D (scan)", "selective (scan)",
-          "S4D kernel K alone")
 DECODERS = {"llama-style": "KV cache", "ssm-llama-style": "SSM state"}
 FRESH_RULE = ("an arm's fresh seeds are those whose run did not choose its rate: an arm with a sweep took the best "
               "of its seed-0 runs, which is its seed 0, so seed 0 is set apart; an arm whose rate came from another "
@@ -98,29 +83,6 @@ NOT_ASSERTED = ("no timing is asserted: a shared CPU (see load_average); the rat
 
 
 # ------------------------------------------------------------------------------------------------ the arms
-
-def closest_d_ff(name: str, overrides: dict, target: int) -> int:
-    """The SwiGLU width d_ff that brings preset `name` with `overrides` closest to `target` parameters (the smaller
-    width on a tie): how an arm whose mixer holds other parameters is made equal to the reference."""
-    base = {k: v for k, v in overrides.items() if k != "d_ff"}
-    count = lambda h: count_params(preset(name, **base, d_ff=h))
-    per_unit = count(2) - count(1)                          # a SwiGLU of width h holds 3 d h (+ biases) parameters
-    guess = max(1, round((target - count(1)) / per_unit) + 1)
-    return min(range(max(1, guess - 2), guess + 3), key=lambda h: (abs(count(h) - target), h))
-
-
-def arm_config(name: str, block_size: int, shape: dict | None = None) -> tuple[str, dict]:
-    """(preset, overrides) of arm `name` for windows of block_size tokens; `shape` (e.g. {"d": 32, "n_layers": 2})
-    shrinks every arm alike, and an arm that must match the reference's parameters gets its d_ff chosen again."""
-    arm = ARMS[name]
-    overrides = {"dropout": 0.0, "context": block_size, **(shape or {}), **arm["overrides"]}
-    if arm.get("match_params_of") or (shape and arm["preset"] != ARMS[REFERENCE]["preset"]):
-        reference = ARMS[arm.get("match_params_of", REFERENCE)]
-        target = count_params(preset(reference["preset"], **{"dropout": 0.0, "context": block_size, **(shape or {}),
-                                                             **reference["overrides"]}))
-        overrides["d_ff"] = closest_d_ff(arm["preset"], overrides, target)
-    return arm["preset"], overrides
-
 
 def run_name(name: str, lr: float, seed: int, steps: int | None = None) -> str:
     """The run's folder name; a longer run (`--parts long`) says its steps."""
@@ -143,66 +105,6 @@ def finished(name: str, lr: float, seed: int, args, steps: int | None = None) ->
 def best_rate(sweep: dict) -> float | None:
     """The rate whose seed-0 run reached the lowest held-out bits per byte (None before any finished)."""
     return float(min(sweep, key=lambda r: sweep[r]["bits_per_byte"])) if sweep else None
-
-
-# ------------------------------------------------------------------------------------------ the recall probe
-
-SENTENCE_END = set(".!?:\"'\u201c\u201d\u2018\u2019")
-
-
-def recall_targets(ids: list[int], tokenizer) -> list[int]:
-    """Indices k of the tokens in `ids` (one story) that start a probe word: capitalised, not "I", not the first word
-    of a sentence, and seen earlier in `ids`. Position k of a window [<|endoftext|>] + ids predicts token k."""
-    pieces = [tokenizer.decode_bytes([i]) for i in ids]
-    starts = np.cumsum([0] + [len(p) for p in pieces])         # byte offset of each token
-    text = b"".join(pieces)
-    seen, out = set(), []
-    for match in re.finditer(rb"[A-Za-z]+", text):
-        word, at = match.group(), match.start()
-        before = text[:at]
-        gap = before[len(before.rstrip()):]
-        previous = before.rstrip().decode("utf-8", "ignore")[-1:]
-        mid_sentence = previous != "" and b"\n" not in gap and previous not in SENTENCE_END
-        if word[:1].isupper() and word != b"I" and mid_sentence and word in seen:
-            k = int(np.searchsorted(starts, at, side="right")) - 1          # the token holding the word's first byte
-            if not text[starts[k]:at].strip():                               # it starts there (after spaces only)
-                out.append(k)
-        seen.add(word)
-    return out
-
-
-def probe_windows(stories: list[str], tokenizer, length: int) -> dict:
-    """Each story as a window [<|endoftext|>] + its first `length` tokens, padded with <|endoftext|> to length + 1:
-    ids (S, length + 1) int64, `valid` (S, length) marking real targets, `recall` (S, length) the probe's positions."""
-    S = len(stories)
-    ids = torch.full((S, length + 1), tokenizer.eot_id, dtype=torch.int64)
-    valid = torch.zeros(S, length, dtype=torch.bool)
-    recall = torch.zeros(S, length, dtype=torch.bool)
-    for s, story in enumerate(stories):
-        story_ids = tokenizer.encode(story)[:length]
-        ids[s, 1:1 + len(story_ids)] = torch.tensor(story_ids, dtype=torch.int64)
-        valid[s, :len(story_ids)] = True
-        for k in recall_targets(story_ids, tokenizer):
-            recall[s, k] = True
-    return {"ids": ids, "valid": valid, "recall": recall}
-
-
-@torch.no_grad()
-def probe(model: LanguageModel, windows: dict, chunk: int = 32) -> dict:
-    """Mean loss (nats) and top-1 accuracy of `model` on the probe's positions and on all positions of the windows.
-    Padding comes after a story, so (the models being causal) it changes no real position's prediction."""
-    model.eval()
-    losses, hits = [], []
-    for rows in windows["ids"].split(chunk):
-        logits = model(rows[:, :-1])
-        losses.append(F.cross_entropy(logits.transpose(1, 2), rows[:, 1:], reduction="none").double())
-        hits.append(logits.argmax(-1) == rows[:, 1:])
-    loss, hit = torch.cat(losses), torch.cat(hits)
-    out = {}
-    for key, mask in (("recall", windows["recall"]), ("all", windows["valid"])):
-        out[key] = {"positions": int(mask.sum()), "loss": loss[mask].mean().item(),
-                    "top1": hit[mask].double().mean().item()}
-    return out
 
 
 # ------------------------------------------------------------------------------------------------ the costs
@@ -305,12 +207,6 @@ def seed_summary(seeds: list[dict]) -> dict:
     return out
 
 
-def fresh_seeds(arm: dict) -> list[str]:
-    """The arm's seeds whose run did not choose its rate: its sweep ran on seed 0 and the best sweep run is its seed
-    0, so seed 0 is set apart; an arm whose rate came from another arm's sweep keeps every seed."""
-    return [seed for seed in arm["seeds"] if arm["rate_from"] != "sweep" or seed != "0"]
-
-
 def summarise(arm: dict) -> None:
     """Mean and spread over the seeds of an arm, in place: over all its seeds (`mean_*`, `spread_*`, `probe_*`) and
     over its fresh seeds only (`fresh`: the seeds, then the same keys)."""
@@ -368,93 +264,6 @@ def write(result: dict, path: Path) -> None:
                 result.pop("costs")
     resummarise(result)
     write_result(result, path, plot)
-
-
-def plot(result: dict, path: Path | None = None):
-    """In the order of lesson 13's text. Costs: (a) seconds per forward of each mixer against T, (b) seconds per
-    decoded token against T, (c) decoding memory against T. Training: (d) held-out bits per byte per arm and seed
-    (seed 0, which chose the rate, hollow; the line is the mean of the fresh seeds), (e) the recall probe's loss per
-    arm, (f) the same after the longer runs."""
-    import matplotlib
-    if path is not None:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8.6))
-    (a, b, c), (d, e, f) = axes
-    cost = result.get("costs")
-    if cost:
-        Ts = cost["lengths"]
-        for mixer, seconds in cost["mixers"].items():
-            a.loglog(Ts, seconds, "o-", label=mixer)
-        a.set_title(f"(a) one mixer's forward, batch 1, d = {cost['d']} ({cost['threads']} thread)", fontsize=9)
-        a.set_xlabel("sequence length T (tokens)")
-        a.set_ylabel("seconds per forward (best of repeats)")
-        a.legend(fontsize=7)
-        for name, dec in cost["decoding"].items():
-            b.semilogx(Ts, np.array(dec["seconds_per_token"]) * 1e3, "o-", label=f"{name} ({dec['cache']})")
-            line, = c.loglog(Ts, np.array(dec["bytes"]) / 2**20, "o-", ms=8, label=f"{name}: {dec['cache']}, measured")
-            c.loglog(Ts, np.array(dec["analytic_bytes"]) / 2**20, "x", ms=6, color="k",
-                     label=f"{name}: budget's formula" if name == REFERENCE else None)
-        b.set_yscale("linear")
-        b.set_title("(b) the whole model, one new token at position T", fontsize=9)
-        b.set_xlabel("position T (tokens)")
-        b.set_ylabel("ms per token (best of the decoded tokens)")
-        b.legend(fontsize=7)
-        c.set_title("(c) decoding memory at position T (float32, batch 1)", fontsize=9)
-        c.set_xlabel("position T (tokens)")
-        c.set_ylabel("MiB held by the caches")
-        handles, labels = c.get_legend_handles_labels()
-        c.legend(handles, [label.replace(f"{REFERENCE}: ", "") if "formula" in label else label for label in labels],
-                 fontsize=7, loc="center right")
-        for ax in (a, b, c):
-            ax.set_xticks(Ts, [str(T) for T in Ts])
-            ax.minorticks_off()
-    arms = {n: a_ for n, a_ in result.get("arms", {}).items() if a_["seeds"]}
-    for i, (name, arm) in enumerate(arms.items()):
-        fresh = fresh_seeds(arm)
-        for k, (seed, run) in enumerate(arm["seeds"].items()):     # side by side: close values never overprint
-            x = i + (k - (len(arm["seeds"]) - 1) / 2) * 0.2
-            d.plot(x, run["bits_per_byte"], "o", color=f"C{i}", ms=7, mfc=f"C{i}" if seed in fresh else "white")
-            d.annotate(f"s{seed}", (x, run["bits_per_byte"]), xytext=(5, 0), textcoords="offset points",
-                       va="center", fontsize=7)
-        if fresh:
-            d.hlines(statistics.mean(arm["seeds"][s]["bits_per_byte"] for s in fresh), i - 0.38, i + 0.38,
-                     color=f"C{i}", lw=1, zorder=0)
-        probes = [s["probe"] for s in arm["seeds"].values() if "probe" in s]
-        for j, part in enumerate(("recall", "all")):
-            values = [p[part]["loss"] for p in probes]
-            if values:
-                e.bar(i + (j - 0.5) * 0.38, statistics.mean(values), 0.36, color=f"C{i}", alpha=1.0 if j else 0.55,
-                      hatch="" if j else "//", edgecolor="k")
-                e.plot([i + (j - 0.5) * 0.38] * len(values), values, "k.", ms=4)
-    names = list(arms)
-    d.set_xticks(range(len(names)), [f"{n}\nlr {arms[n].get('best_lr', 0):g}" for n in names], fontsize=8)
-    d.set_xlim(-0.5, max(len(names), 1) - 0.5)
-    d.margins(y=0.08)
-    d.set_ylabel("held-out bits per byte (best evaluation)")
-    d.set_title(f"(d) {result['steps']} steps of {result['batch_size']} x {result['block_size']} tokens, per seed sN;\n"
-                "hollow: seed 0, its run chose the rate; line: mean of the other seeds", fontsize=9)
-    e.set_xticks(range(len(names)), names, fontsize=8)
-    e.set_ylabel("held-out loss (nats/token)")
-    e.set_title("(e) recall probe, mean of the seeds (dots: each seed);\nhatched: names seen before; plain: all tokens",
-                fontsize=9)
-    longer = [(n, steps, run) for n, arm in arms.items() for steps, run in arm.get("long", {}).items()]
-    for i, (name, steps, run) in enumerate(longer):
-        for j, part in enumerate(("recall", "all")):
-            f.bar(i + (j - 0.5) * 0.38, run["probe"][part]["loss"], 0.36, color=f"C{list(arms).index(name)}",
-                  alpha=1.0 if j else 0.55, hatch="" if j else "//", edgecolor="k")
-            f.text(i + (j - 0.5) * 0.38, run["probe"][part]["loss"], f"{run['probe'][part]['top1']:.0%}",
-                   ha="center", va="bottom", fontsize=7)
-    if longer:
-        f.set_xticks(range(len(longer)), [f"{n}\n{s} steps, seed 0" for n, s, _ in longer], fontsize=8)
-        f.set_ylabel("held-out loss (nats/token)")
-        f.set_title("(f) after the longer runs, as (e);\nnumbers: how often the top guess is right", fontsize=9)
-        f.margins(y=0.08)
-    else:
-        f.axis("off")
-    fig.suptitle(f"{result['data']} | {result['hardware']}", fontsize=9)
-    fig.tight_layout()
-    return save_or_return(fig, path, dpi=100)
 
 
 def report(result: dict) -> str:

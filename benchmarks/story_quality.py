@@ -25,10 +25,7 @@ from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import ROOT, commit, hardware, positive_int, user_errors
+from common import ROOT, commit, hardware, positive_int, user_errors
 
 from minwiola import data, sha256_file
 from minwiola.budget import count_params

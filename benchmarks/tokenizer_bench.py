@@ -16,10 +16,7 @@ from pathlib import Path
 import tiktoken
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import ROOT, best_of, hardware, positive_int, user_errors
+from common import ROOT, best_of, hardware, positive_int, user_errors
 
 from minwiola.data import describe_source, load_stories, tokenizer_text
 from minwiola.tokenizer import DEFAULT_SPECIALS, Tokenizer, bytes_per_token, default_tokenizer

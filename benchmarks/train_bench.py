@@ -21,10 +21,7 @@ from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import ROOT, commit, hardware, known_preset, positive_float, positive_int, user_errors
+from common import ROOT, commit, hardware, known_preset, positive_float, positive_int, user_errors
 
 from minwiola.budget import training_flops
 from minwiola.model import LanguageModel, next_token_loss, preset

@@ -22,11 +22,8 @@ from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import (ROOT, best_eval, commit, hardware, known_preset, non_negative_float, positive_float,
-                               positive_int, proportion, result_options, seed_int, train_or_reuse, user_errors)
+from common import (ROOT, best_eval, commit, hardware, known_preset, non_negative_float, positive_float, positive_int,
+                    proportion, result_options, seed_int, train_or_reuse, user_errors)
 
 from minwiola import data
 from minwiola.budget import count_params

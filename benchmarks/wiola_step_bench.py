@@ -4,7 +4,7 @@
     OMP_NUM_THREADS=2 python benchmarks/wiola_step_bench.py --change "what this commit changed"   # + a history row
 
 The arms, all `llama-style`'s shape (d = 64, 4 layers, 4 heads) with the ablation's parts switched on
-(benchmarks/ablation.py's PARTS), as the convergence study trains them (benchmarks/convergence.py):
+(benchmarks/experiments.py's PARTS), as the convergence study trains them (benchmarks/convergence.py):
   * "llama-style+width": the reference at equal parameters, its SwiGLU widened from 176 to 240 (512,576);
   * "wiola": the five parts, causal forms (513,156);
   * "llama-style" and "llama-style+P" for each part P: what P alone adds to the step;
@@ -30,12 +30,9 @@ from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):  # run as python benchmarks/NAME.py: find `benchmarks` as python -m does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.ablation import FIVE, PARTS
-from benchmarks.common import commit, hardware, positive_int, result_options, step_times, target_merge_ratio, \
-    user_errors, with_history, write_result
+from common import (commit, hardware, positive_int, result_options, step_times, target_merge_ratio, user_errors,
+                    with_history, write_result)
+from experiments import FIVE, PARTS
 from minwiola import atm
 from minwiola.budget import count_params, training_flops
 from minwiola.model import LanguageModel, preset

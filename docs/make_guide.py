@@ -31,7 +31,9 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from benchmarks.common import hardware
+from minwiola import lesson
+
+hardware = lesson.benchmarks("common").hardware       # benchmarks/common.py's
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = ROOT / "lessons"

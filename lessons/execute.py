@@ -16,7 +16,9 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from benchmarks.common import hardware
+from minwiola import lesson
+
+hardware = lesson.benchmarks("common").hardware       # benchmarks/common.py's
 
 KEEP_CELL_METADATA = {"tags"}
 

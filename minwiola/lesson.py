@@ -1,4 +1,4 @@
-"""Small helpers the lessons use: show the library's real source, and check the environment."""
+"""Small helpers the lessons use: show the library's real source, check the environment, reach the benchmarks."""
 from __future__ import annotations
 
 import importlib
@@ -58,3 +58,17 @@ def check_environment(extras=("dev", "hf")) -> bool:
 def package_root() -> Path:
     """The repository folder this copy of minwiola lives in."""
     return Path(__file__).resolve().parents[1]
+
+
+def benchmarks(module: str = "analysis"):
+    """The repository's benchmarks/analysis.py (or another of its modules, by name): what lessons 04 and 11-15 read
+    from the benchmarks. benchmarks/ is the repository's, not part of the installed library, so its folder is put on
+    sys.path (once) from this copy's repository (`package_root()`); a minwiola installed without its repository has
+    no benchmarks to give."""
+    folder = package_root() / "benchmarks"
+    if not (folder / f"{module}.py").is_file():
+        raise FileNotFoundError(f"{folder / module}.py is not there: the benchmarks come with the repository, not "
+                                "with the installed library")
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    return importlib.import_module(module)

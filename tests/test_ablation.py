@@ -1,7 +1,8 @@
 """benchmarks/ablation.py's design: every part in both directions, DSFF at equal parameters, the rule."""
 import pytest
 
-from benchmarks import ablation
+import ablation
+import experiments
 from minwiola.budget import count_params
 from minwiola.model import preset
 
@@ -81,7 +82,7 @@ def test_offset_effects_measure_delta_against_the_input_it_shifts(small_data):
     torch.manual_seed(0)
     model = LanguageModel(preset("llama-style", norm="wiola", d=16, n_layers=1, n_heads=2)).eval()
     norms = [m for m in model.modules() if hasattr(m, "delta")]
-    zero = ablation.offset_effects(model, norms, default_tokenizer())
+    zero = experiments.offset_effects(model, norms, default_tokenizer())
     assert zero["norm_delta_over_input"] == [0.0] * len(norms) and zero["norm_output_change"] == [0.0] * len(norms)
     seen = {}
     hook = norms[0].register_forward_hook(lambda m, a, y: seen.update(rms=a[0].pow(2).mean(-1).sqrt().mean()))
@@ -89,7 +90,7 @@ def test_offset_effects_measure_delta_against_the_input_it_shifts(small_data):
         for m in norms:
             m.delta.fill_(0.01)
             m.gamma.mul_(3.0)
-    shifted = ablation.offset_effects(model, norms, default_tokenizer())
+    shifted = experiments.offset_effects(model, norms, default_tokenizer())
     hook.remove()
     assert abs(shifted["norm_delta_over_input"][0] - 0.01 / float(seen["rms"])) < 1e-6
     assert all(0 < c < 1 for c in shifted["norm_output_change"])

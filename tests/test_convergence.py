@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import convergence
+import convergence
 from minwiola.budget import count_params
 from minwiola.model import preset
 
@@ -184,7 +184,7 @@ def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
     assert b.trained_runs({"arms": swept_or_seed}, runs) == {"a": runs / "a-lr0.01-s100", "b": runs / "b-lr0.01-s0"}
     (runs / "a-lr0.01-s100" / "best").rmdir()                                 # its sweep run is gone: its seed 0
     assert b.trained_runs({"arms": swept_or_seed}, runs) == {"a": runs / "a0", "b": runs / "b-lr0.01-s0"}
-    from benchmarks.common import step_times
+    from common import step_times
     wiola_config = json.loads((runs / best["wiola"] / "best" / "config.json").read_text())
     with pytest.raises(ValueError, match="another model"):                      # weights of another arm: refused
         step_times({"wiola": preset("llama-style", **{k: v for k, v in wiola_config.items() if k != "vocab_size"})},

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import convergence_cs336 as cs
-from benchmarks.common import compare
+import convergence_cs336 as cs
+from common import compare
 from minwiola.budget import count_params
 from minwiola.model import preset
 

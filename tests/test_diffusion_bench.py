@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from benchmarks.common import train_or_reuse
-from benchmarks import diffusion_bench as bench
+from common import train_or_reuse
+import diffusion_bench as bench
 from minwiola import sha256_file
 from minwiola.generate import STORY_MODEL
 from minwiola.model import LanguageModel, preset

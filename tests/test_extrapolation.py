@@ -3,7 +3,7 @@ trained one on trained lengths, the loss per position, the stated rule."""
 import pytest
 import torch
 
-from benchmarks import extrapolation
+import extrapolation
 from minwiola.budget import count_params
 from minwiola.model import LanguageModel, preset
 

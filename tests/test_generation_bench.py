@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from benchmarks import generation_bench as bench
+import generation_bench as bench
 from minwiola.model import LanguageModel, preset
 
 

@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from benchmarks import layouts_bench
+import analysis
+import layouts_bench
 from minwiola.budget import count_params, encdec_params
 from minwiola.encdec import restore
 from minwiola.model import LanguageModel, preset
@@ -125,7 +126,7 @@ def test_the_sort_task_is_stored_beside_the_span_corruption_runs_and_needs_the_s
     """--task sort trains both arms on the synthetic task and adds only the result's "sort" entry; the target is
     fixed by the source alone, and after a short run each arm reads it: another row's source costs whole nats."""
     b = layouts_bench
-    src, tgt = b.sort_task(5, torch.Generator().manual_seed(0))
+    src, tgt = analysis.sort_task(5, torch.Generator().manual_seed(0))
     assert torch.equal(tgt, src.sort(1).values) and src.shape == (5, b.SPAN) and int(src.max()) < b.DIGITS
     cfgs = b.sort_configs()
     assert abs(count_params(cfgs["decoder"]) - encdec_params(cfgs["encdec"])) < 0.01 * encdec_params(cfgs["encdec"])

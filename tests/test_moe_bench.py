@@ -5,7 +5,8 @@ import json
 import pytest
 import torch
 
-from benchmarks import moe_bench
+import analysis
+import moe_bench
 from minwiola.budget import forward_flops
 from minwiola.model import LanguageModel, preset
 from minwiola.moe import moe_layers
@@ -84,13 +85,13 @@ def test_a_tiny_run_end_to_end(tmp_path):
     assert len(r["inside"]["experts"][0]) == 6 and r["inside"]["run"] == "moe-s0"
     assert len(r["inside"]["purity"]) == 1 and 0 < r["inside"]["purity"][0] <= 1
     assert r["comparison"]["moe vs dense"]["verdict"] in ("lower", "higher", "within noise")
-    assert (tmp_path / "moe.png").exists() and "| `moe` | 730" not in b.report(r)     # shrunk: other counts
+    assert (tmp_path / "moe.png").exists() and "| `moe` | 730" not in analysis.moe_report(r)     # shrunk: other counts
     before = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert b.main([*common, "--evaluate-only", "--seeds", "0", "1", "--seeds-no-aux", "0"]) == 0
     again = json.loads(result.read_text())
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before             # trained nothing
     assert again["arms"]["moe"]["mean_bits_per_byte"] == pytest.approx(r["arms"]["moe"]["mean_bits_per_byte"])
-    assert "| `dense-total` | " in b.report(again)
+    assert "| `dense-total` | " in analysis.moe_report(again)
 
 
 def test_moe_table_comes_from_results():
@@ -99,7 +100,7 @@ def test_moe_table_comes_from_results():
     readme = (root / "docs" / "results.md").read_text()
     r = json.loads((root / "results" / "moe_bench.json").read_text())
     assert f"`{r['command']}`" in readme and r["data"].startswith("TinyStories sample")
-    assert moe_bench.report(r) in readme
+    assert analysis.moe_report(r) in readme
     for pair, v in r["comparison"].items():
         assert f"{pair}: {v['difference']:+.4f} ({v['verdict']})" in readme, pair
     assert ("partial" in readme.split("**Mixture of experts**")[1][:600]) == r["partial"]

@@ -6,18 +6,18 @@ from pathlib import Path
 
 import yaml
 
-import benchmarks.ablation
-import benchmarks.compile_bench
-import benchmarks.convergence
-import benchmarks.diffusion_bench
-import benchmarks.generation_bench
-import benchmarks.layouts_bench
-import benchmarks.recipes
-import benchmarks.scale_bench
-import benchmarks.scan_bench
-import benchmarks.ssm_bench
-import benchmarks.train_runs
-import benchmarks.wiola_step_bench
+import ablation
+import compile_bench
+import convergence
+import diffusion_bench
+import generation_bench
+import layouts_bench
+import recipes
+import scale_bench
+import scan_bench
+import ssm_bench
+import train_runs
+import wiola_step_bench
 from minwiola import quick_mode
 from minwiola.lesson import check_environment, requirements
 
@@ -132,7 +132,7 @@ def test_benchmark_numbers_come_from_results():
     assert f"{rate['library']:,.0f} tokens/s with the KV cache, {rate['no cache']:,.0f} without" in flat
     assert f"writes {rate['reference']:,.0f} tokens/s, {rate['reference, inference mode']:,.0f} in inference mode" in flat
     assert f"runs at {g['library_over_reference']:.2f}x the reference ({g['library_over_reference_inference_mode']:.2f}x" in flat
-    assert benchmarks.generation_bench.history_table(g) in RESULTS
+    assert generation_bench.history_table(g) in RESULTS
     outside = {name: round(1e3 * p["ms_outside_operations"]) for name, p in g["profiles"].items()}
     assert f"library {outside['library']} µs, reference in inference mode {outside['reference, inference mode']} µs" in flat
     t = json.loads((ROOT / "results" / "train_bench.json").read_text())
@@ -149,24 +149,20 @@ def test_benchmark_numbers_come_from_results():
     training = " ".join((ROOT / "docs" / "training.md").read_text().split())
     for name in ("compile_bench", "compile_bench_llama"):
         compiled = json.loads((ROOT / "results" / f"{name}.json").read_text())
-        assert benchmarks.compile_bench.sentence(compiled) in training
+        assert compile_bench.sentence(compiled) in training
         assert compiled["largest_loss_difference"] < 1e-5               # "the two losses agree to 1e-6 nats"
     w = json.loads((ROOT / "results" / "wiola_step_bench.json").read_text())
-    assert benchmarks.wiola_step_bench.arms_table(w) in RESULTS
-    assert benchmarks.wiola_step_bench.history_table(w) in RESULTS
+    assert wiola_step_bench.arms_table(w) in RESULTS
+    assert wiola_step_bench.history_table(w) in RESULTS
     wiola, gcla = w["arms"]["wiola"], w["arms"]["llama-style+gcla"]
     flat = " ".join(RESULTS.split())
     assert f"Wiola's step costs {wiola['time_ratio']:.2f}x LLaMA's for {wiola['flop_ratio']:.3f}x the FLOPs" in flat
     assert f"its {gcla['flop_ratio']:.2f}x FLOPs take {gcla['time_ratio']:.2f}x the time" in flat
 
 
-def train_runs():
-    return benchmarks.train_runs
-
-
 def test_ablation_table_comes_from_results():
     result = json.loads((ROOT / "results" / "ablation.json").read_text())
-    assert benchmarks.ablation.table(result) in RESULTS           # the table `--report` prints, verbatim
+    assert ablation.table(result) in RESULTS           # the table `--report` prints, verbatim
     assert result["command"] in RESULTS and result["data"].startswith("TinyStories sample")
     assert len(result["arms"]) == 14 and all(len(a["seeds"]) >= 3 for a in result["arms"].values())
     cal = result["atm_calibration"]
@@ -175,14 +171,14 @@ def test_ablation_table_comes_from_results():
 
 def test_convergence_tables_come_from_results():
     result = json.loads((ROOT / "results" / "convergence.json").read_text())
-    assert benchmarks.convergence.report(result) in RESULTS        # what `--report` prints, verbatim
+    assert convergence.report(result) in RESULTS        # what `--report` prints, verbatim
     assert result["data"].startswith("TinyStories sample")
     heading = re.search(r"\*\*([^*]+)\*\* \(`results/convergence\.json`", RESULTS).group(1)
     assert ("PARTIAL" in heading) == result["partial"]                 # the docs say so while runs are missing
 
 
 def test_the_cs336_tables_come_from_results():
-    from benchmarks import convergence_cs336
+    import convergence_cs336
     result = json.loads((ROOT / "results" / "convergence_cs336.json").read_text())
     assert convergence_cs336.report(result) in RESULTS                # what `--report` prints, verbatim
     assert result["data"].startswith("TinyStories sample") and result["device"] in RESULTS
@@ -213,7 +209,7 @@ def test_story_model_comes_from_results():
 
 def test_longer_run_comes_from_results():
     result = json.loads((ROOT / "results" / "quality_run.json").read_text())
-    assert train_runs().table(result) in RESULTS and result["command"] in RESULTS
+    assert train_runs.table(result) in RESULTS and result["command"] in RESULTS
     (r,) = result["presets"].values()
     seeds = r["seeds"].values()
     assert len(seeds) >= 3
@@ -337,7 +333,7 @@ def test_ssm_tables_come_from_results():
     r = json.loads((ROOT / "results" / "ssm_bench.json").read_text())
     assert r["data"].startswith("TinyStories sample") and "TinyStories sample" in RESULTS
     assert r["command"] in RESULTS and r["costs"]["command"] in RESULTS          # the commands that wrote them
-    for line in benchmarks.ssm_bench.report(r).splitlines():       # every row of the three tables
+    for line in ssm_bench.report(r).splitlines():       # every row of the three tables
         assert line in RESULTS, line
     arms, c = r["arms"], r["comparison"]["ssm-llama-style"]
     long = {name: next(iter(arm["long"].values())) for name, arm in arms.items() if arm.get("long")}
@@ -363,7 +359,7 @@ def test_lesson_00_maps_every_lesson():
 
 def test_scan_table_comes_from_results():
     r = json.loads((ROOT / "results" / "scan_bench.json").read_text())
-    assert benchmarks.scan_bench.table(r) in RESULTS and "OMP_NUM_THREADS=2 python benchmarks/scan_bench.py" in RESULTS
+    assert scan_bench.table(r) in RESULTS and "OMP_NUM_THREADS=2 python benchmarks/scan_bench.py" in RESULTS
     indexed = [row["seconds"]["loop, indexed"] for row in r["lengths"].values()]
     assert f"grew {indexed[1] / indexed[0]:.0f}-fold from 128 to 1,024 tokens" in " ".join(RESULTS.split())
     assert all(min(row["seconds"].values()) == row["seconds"]["loop"] for row in r["lengths"].values())  # "neither beats"
@@ -374,7 +370,7 @@ def test_diffusion_tables_come_from_results():
     assert r["data"].startswith("TinyStories sample") and not r["partial"]
     section = RESULTS.split("**Masked diffusion against a decoder**")[1].split("\n**")[0]
     assert "(partial)" not in section and "python benchmarks/diffusion_bench.py --evaluate-only" in section
-    for line in benchmarks.diffusion_bench.report(r).splitlines():       # every row of the three tables
+    for line in diffusion_bench.report(r).splitlines():       # every row of the three tables
         assert line in section, line
     v, arms = r["comparison"]["diffusion vs decoder"], r["arms"]
     text = " ".join(section.split())
@@ -388,7 +384,7 @@ def test_layouts_tables_come_from_results():
     assert r["data"].startswith("TinyStories sample") and not r["partial"]
     section = RESULTS.split("**Three layouts on one task**")[1].split("\n**")[0]
     assert "python benchmarks/layouts_bench.py --report" in section
-    for line in benchmarks.layouts_bench.report(r).splitlines():        # every row of both tables
+    for line in layouts_bench.report(r).splitlines():        # every row of both tables
         assert line in section, line
     v = r["comparison"]["encdec vs decoder"]
     text = " ".join(section.split())
@@ -406,14 +402,14 @@ def test_real_size_tables_come_from_results():
     scale = json.loads((ROOT / "results" / "scale_bench.json").read_text())
     assert not scale["partial"] and all(t.get("met") is not False for k, t in scale["targets"].items()
                                         if k not in ("resume", "failed_steps"))
-    for line in benchmarks.scale_bench.docs_table(scale).splitlines():
+    for line in scale_bench.docs_table(scale).splitlines():
         assert line in section, line
     fixed = json.loads((ROOT / "results" / "scale_bench_resume.json").read_text())["targets"]["resume"]
     text = " ".join(section.split())
     assert fixed["met"] and fixed["ids_equal"] and fixed["orphans_after_kill"] == 0
     assert (f"killed after {fixed['done_at_kill']:.0%} of its ids" in text and
             f"{fixed['fraction_of_cold_cpu']:.2f} of the cold pass's CPU time" in text)
-    recipes = json.loads((ROOT / "results" / "recipes.json").read_text())
+    recipe_rows = json.loads((ROOT / "results" / "recipes.json").read_text())
     section = TRAINING.split("## One GPU, and several")[1].split("\n## ")[0]
-    for line in benchmarks.recipes.report(recipes).splitlines():
+    for line in recipes.report(recipe_rows).splitlines():
         assert line in section, line

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from benchmarks import scale_bench
+import scale_bench
 from minwiola import data
 from minwiola.corpus import builtin_stories
 

@@ -6,7 +6,9 @@ import re
 import pytest
 import torch
 
-from benchmarks import ssm_bench
+import analysis
+import experiments
+import ssm_bench
 from minwiola.budget import count_params
 from minwiola.model import LanguageModel, preset
 from minwiola.tokenizer import default_tokenizer
@@ -26,10 +28,10 @@ def test_the_arms_hold_equal_parameters():
 
 
 def test_closest_d_ff_finds_the_width_of_equal_parameters():
-    b = ssm_bench
+    closest_d_ff = experiments.closest_d_ff
     target = count_params(preset("llama-style"))
-    assert b.closest_d_ff("ssm-llama-style", {}, target) == 186
-    assert count_params(preset("ssm-llama-style", d_ff=b.closest_d_ff("ssm-llama-style", {}, target + 3 * 64 * 4 * 5)
+    assert closest_d_ff("ssm-llama-style", {}, target) == 186
+    assert count_params(preset("ssm-llama-style", d_ff=closest_d_ff("ssm-llama-style", {}, target + 3 * 64 * 4 * 5)
                                )) == target + 3 * 64 * 4 * 5
 
 
@@ -38,15 +40,14 @@ STORY = ('Lily went to the park. She saw Tom and a dog. Lily smiled at Tom. "Tom
 
 
 def test_the_probe_selects_names_seen_before_in_mid_sentence():
-    b = ssm_bench
     tok = default_tokenizer()
     ids = tok.encode(STORY)
-    picked = [tok.decode(ids[k:k + 2]) for k in b.recall_targets(ids, tok)]
-    words = [re.match(r"\s*([A-Za-z]+)", tok.decode(ids[k:])).group(1) for k in b.recall_targets(ids, tok)]
+    picked = [tok.decode(ids[k:k + 2]) for k in analysis.recall_targets(ids, tok)]
+    words = [re.match(r"\s*([A-Za-z]+)", tok.decode(ids[k:])).group(1) for k in analysis.recall_targets(ids, tok)]
     # "saw Tom": the first Tom (not seen before); "Lily smiled", "Tom, look", "Lily ran", "I like", "Then": a
     # sentence's first word, after a quote or a line break, or "I"; "said Max": the first Max; "Tom-Tom": both
     assert words == ["Tom", "Lily", "Tom", "Max", "Tom", "Tom", "Lily"], picked
-    for k in b.recall_targets(ids, tok):
+    for k in analysis.recall_targets(ids, tok):
         assert tok.decode(ids[k:k + 1]).lstrip(" ")[:1].isupper(), "a picked token starts its word"
 
 
@@ -58,7 +59,7 @@ def test_probe_windows_and_the_probe_are_the_models_loss():
     assert windows["ids"].shape == (2, 33) and (windows["ids"][:, 0] == tok.eot_id).all()
     short = len(tok.encode(stories[1]))
     assert windows["valid"][1].sum() == short and (windows["ids"][1, 1 + short:] == tok.eot_id).all()
-    assert windows["recall"][1].nonzero().flatten().tolist() == b.recall_targets(tok.encode(stories[1]), tok)
+    assert windows["recall"][1].nonzero().flatten().tolist() == analysis.recall_targets(tok.encode(stories[1]), tok)
     torch.manual_seed(0)
     model = LanguageModel(preset("tiny-llama", vocab_size=tok.vocab_size, context=32)).eval()
     got = b.probe(model, windows, chunk=1)

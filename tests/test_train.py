@@ -173,7 +173,7 @@ def test_a_shipped_model_says_the_command_that_trains_it_again(small_data, tmp_p
     """benchmarks/story_quality.py --ship copies a run's best weights with made.json; its train_command, run, makes
     the very same weights (bit for bit), and the shipped folder loads (its SHA256SUMS cover made.json)."""
     import shlex
-    from benchmarks import story_quality
+    import story_quality
     cfg = tiny(overrides={**tiny().overrides, "dropout": 0.1}, seed=3)
     Trainer(cfg, tmp_path / "runs" / "mine", progress=False, quiet=True).run()
     shipped = tmp_path / "story-model"

@@ -2,7 +2,7 @@
 merges the share asked for, and a run writes its ratios and keeps the history."""
 import json
 
-from benchmarks import wiola_step_bench as bench
+import wiola_step_bench as bench
 from minwiola import atm
 from minwiola.budget import count_params
 from minwiola.model import LanguageModel, preset

@@ -1,0 +1,795 @@
+"""What the lessons read from the benchmarks, in one module: every name lessons 04 and 11-15 use to reuse a
+benchmark's own analysis on its recorded result (its figure, its tables, the functions that measure), in sections by
+lesson. The scripts import their names back from here, so a lesson and its script run the same code. Lessons load it
+with `minwiola.lesson.benchmarks()`; tests/test_benchmarks_package.py checks that every name a lesson reads is here.
+"""
+import dataclasses
+import math
+import os
+import re
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from common import best_eval, compare, save_or_return     # best_eval, compare: lessons 12-15 read them
+from experiments import closest_d_ff
+
+from minwiola import data
+from minwiola.budget import count_params, encdec_params
+from minwiola.encdec import EncoderDecoder, greedy, shift_right
+from minwiola.generate import generate_ids
+from minwiola.model import LanguageModel, next_token_loss, preset
+from minwiola.train import TrainConfig, learning_rate, parameter_groups
+
+# ----------------------------------------------------------------- lesson 04: decoding (generation_bench.py)
+
+@torch.no_grad()
+def reference_decode(model: LanguageModel, first: int, n: int, seed: int) -> list[int]:
+    """`n` tokens after the token `first`, sampled at temperature 1 by a generator seeded with `seed`: the
+    library's model (Yocto's block) computed with torch's functions on its weights, one token at a time."""
+    cfg, W = model.config, model.state_dict()
+    d, H, L = cfg.d, cfg.n_heads, cfg.n_layers
+    d_h = d // (3 * H)                                  # the unified projection: three bands of d/3
+    half = d_h // 2
+    angles = torch.arange(cfg.context, dtype=torch.float64)[:, None] * \
+        cfg.rope_theta ** (-2.0 * torch.arange(half, dtype=torch.float64) / d_h)
+    cos, sin = angles.cos().to(W["embed.weight"].dtype), angles.sin().to(W["embed.weight"].dtype)
+    K = W["embed.weight"].new_zeros(L, 1, H, n + 1, d_h)       # every layer's keys and values, preallocated
+    V = torch.zeros_like(K)
+    generator = torch.Generator().manual_seed(seed)
+    token, out = torch.tensor([first]), [first]
+
+    def rope(x, p):                                     # rotate the pairs (x_j, x_{j + d_h/2}) by angle p w_j
+        x1, x2 = x[..., :half], x[..., half:]
+        return torch.cat([x1 * cos[p] - x2 * sin[p], x1 * sin[p] + x2 * cos[p]], -1)
+
+    for p in range(n):
+        x = W["embed.weight"][token]                                     # (1, d)
+        for layer in range(L):
+            w = lambda name: W[f"blocks.{layer}.{name}"]                 # noqa: E731
+            h = F.layer_norm(x, (d,), w("norm1.weight"), w("norm1.bias"))
+            q, k, v = F.linear(h, w("attn.qkv.weight")).view(3, H, d_h)
+            K[layer, 0, :, p], V[layer, 0, :, p] = rope(k, p), v
+            o = F.scaled_dot_product_attention(rope(q, p)[None, :, None], K[layer, :, :, :p + 1],
+                                               V[layer, :, :, :p + 1])   # one query sees every key: no mask
+            x = x + F.linear(o.reshape(1, H * d_h), w("attn.out.weight"))
+            h = F.layer_norm(x, (d,), w("norm2.weight"), w("norm2.bias"))
+            x = x + F.linear(F.gelu(F.linear(h, w("ffn.up.weight"), w("ffn.up.bias"))), w("ffn.down.weight"),
+                             w("ffn.down.bias"))
+        logits = F.linear(F.layer_norm(x, (d,), W["norm.weight"], W["norm.bias"]), W["embed.weight"])
+        token = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)[0]
+        out.append(int(token))
+    return out
+
+
+def library_decode(model: LanguageModel, first: int, n: int, seed: int, use_cache: bool = True) -> list[int]:
+    """The same through the library: `generate_ids` at temperature 1."""
+    prompt = torch.tensor([[first]])
+    return generate_ids(model, prompt, n, temperature=1.0, seed=seed, use_cache=use_cache)[0].tolist()
+
+
+def operations_profile(decode, n: int) -> dict[str, float]:
+    """What PyTorch's profiler sees of `decode(n)`, per written token: the operations it runs (aten calls, which do
+    not depend on the machine), the milliseconds spent inside them, and the milliseconds of the whole decode under
+    the profiler; the difference is time outside any operation: Python, module calls, checks, dispatch. (The
+    profiler slows every operation a little, so these milliseconds run above the unprofiled ones.)"""
+    decode(n)                                           # warm up outside the count
+    os.environ.setdefault("KINETO_LOG_LEVEL", "10")     # the profiler's own start and stop lines, unprinted
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        decode(n)
+        wall = time.perf_counter() - start
+    events = prof.key_averages()
+    inside = sum(event.self_cpu_time_total for event in events) / 1e3       # microseconds -> ms
+    return {"ops_per_token": round(sum(event.count for event in events) / n, 1),
+            "ms_in_operations": round(inside / n, 4), "ms_profiled": round(1e3 * wall / n, 4),
+            "ms_outside_operations": round((1e3 * wall - inside) / n, 4)}
+
+
+# ----------------------------------- lesson 11: the convergence study (convergence.py, convergence_cs336.py)
+
+def convergence_plot(result: dict, path: Path | None = None):
+    """(a-c) held-out loss of every seed against tokens, model FLOPs and seconds (the step times measured in turns);
+    (d) each sweep; (e) each seed's best held-out bits per byte and the mean; (f) the trainer's wall clock."""
+    import matplotlib
+    if path is not None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
+    arms = {n: a for n, a in result["arms"].items() if a["seeds"]}
+    colour = {n: f"C{i}" for i, n in enumerate(result["arms"])}
+    per_step = result["batch_size"] * result["block_size"]
+    ends = [s["valid_curve"][-1][1] for a in arms.values() for s in a["seeds"].values()]
+    top = max(ends, default=math.inf) + 1.0                   # the curves' ends, not their first steep points
+    axes_x = [("tokens seen (millions)", lambda r, t: t / 1e6),
+              ("model training FLOPs (10^12)", lambda r, t: t * r["flops_per_token"] / 1e12),
+              ("seconds at the arm's step time (one thread, arms timed in turns)", None)]
+    for ax, (label, x) in zip(axes[0], axes_x):
+        for name, arm in arms.items():
+            if x is None and not arm.get("seconds_per_step"):
+                continue
+            for k, r in enumerate(arm["seeds"].values()):
+                xs = [(x(r, t) if x else t / per_step * arm["seconds_per_step"]) for t, _ in r["valid_curve"]]
+                ax.plot(xs, [v for _, v in r["valid_curve"]], color=colour[name], alpha=0.7,
+                        label=name if k == 0 else None)
+        ax.set_xlabel(label, fontsize=9)
+        ax.set_ylabel("held-out loss (nats/token)")
+        ax.set_ylim(top=min(top, ax.get_ylim()[1]))
+    if axes[0][0].lines:
+        axes[0][0].legend(fontsize=7)
+    d, e, f = axes[1]
+    for name, arm in result["arms"].items():
+        if arm["sweep"]:
+            rates = sorted(arm["sweep"], key=float)
+            d.semilogx([float(r) for r in rates], [arm["sweep"][r]["bits_per_byte"] for r in rates], "o-",
+                       color=colour[name], label=name)
+    d.set_xlabel(f"peak learning rate (seed {result['sweep_seed']}, not reported)")
+    d.set_ylabel("best held-out bits/byte")
+    if d.lines:
+        d.legend(fontsize=7)
+    for i, (name, arm) in enumerate(arms.items()):
+        bpb = [s["bits_per_byte"] for s in arm["seeds"].values()]
+        e.plot([i] * len(bpb), bpb, "o", color=colour[name])
+        e.hlines(statistics.mean(bpb), i - 0.25, i + 0.25, color=colour[name])
+        for k, r in enumerate(arm["seeds"].values()):
+            f.plot([s / 3600 for s, _ in r["valid_wall_seconds"]], [v for _, v in r["valid_wall_seconds"]],
+                   color=colour[name], alpha=0.7, label=name if k == 0 else None)
+    e.set_xticks(range(len(arms)), [f"{n}\nlr {a['best_lr']:g}" for n, a in arms.items()], fontsize=7)
+    e.set_ylabel("best held-out bits/byte (dots: seeds; line: mean)")
+    f.set_xlabel("hours on the trainer's clock (shared machine: NOT a clean timing)", fontsize=9)
+    f.set_ylabel("held-out loss (nats/token)")
+    f.set_ylim(top=min(top, f.get_ylim()[1]))
+    for ax, letter in zip(axes.flat, "abcdef"):                       # the panels, as the lesson names them
+        ax.set_title(f"({letter})", loc="left", fontsize=9)
+    fig.suptitle(f"{result['steps']} steps of {result['batch_size']} x {result['block_size']} tokens, dropout "
+                 f"{result['dropout']} | {result['data']} | {result['hardware']}"
+                 + (" | PARTIAL" if result.get("partial") else ""), fontsize=9)
+    fig.tight_layout()
+    return save_or_return(fig, path)
+
+
+def seed_record(result: dict, run: str) -> dict | None:
+    """The reported seed whose run folder is named `run` (e.g. the shipped story model's, from its made.json)."""
+    return next((s for arm in result["arms"].values() for s in arm["seeds"].values() if s["run"] == run), None)
+
+
+CS336_ARMS = ("llama-cs336", "wiola-cs336")               # convergence_cs336.py's (LLAMA, WIOLA)
+
+
+def cs336_report(result: dict) -> str:
+    """The tables: every arm at every rate (mean, spread, where the best evaluation was), then the verdicts."""
+    rows = ["| arm | parameters | peak rate | seeds | bits/byte (mean) | spread | nats/token | best at step (mean) "
+            "| chosen |", "|---" * 9 + "|"]
+    for name, arm in result["arms"].items():
+        for lr, r in sorted(arm["by_rate"].items(), key=lambda x: float(x[0])):
+            rows.append(f"| `{name}` | {arm['params']:,} | {float(lr):g} | {r['seeds']} | {r['mean_bits_per_byte']:.4f}"
+                        f" | {r['spread_bits_per_byte']:.4f} | {r['mean_nats_per_token']:.4f} | "
+                        f"{r['mean_best_step']:.0f} | {'yes' if lr == arm.get('best_lr') else ''} |")
+    rows += ["", "| wiola-cs336 vs llama-cs336 | rates | seeds | difference (bits/byte) | 2 x larger spread | verdict "
+                 "| seed by seed |", "|---" * 7 + "|"]
+    for label, v in result["comparison"].items():
+        paired = ", ".join(f"{d:+.4f}" for d in v["paired"].values())
+        rows.append(f"| {label} | {v['rates'][0]:g} vs {v['rates'][1]:g} | {v['seeds'][0]} vs {v['seeds'][1]} | "
+                    f"{v['difference']:+.4f} | {v['bound']:.4f} | {v['verdict']} | {paired} |")
+    if result.get("timing"):
+        t, m = result["timing"]["seconds_per_step"], result["timing"]["median_seconds_per_step"]
+        rows += ["", f"Step time, both arms in turns alone on the device ({result['device']}, "
+                     f"{result['timing']['precision']}), best of {result['timing']['turns']} turns: " + ", ".join(
+            f"`{a}` {1e3 * t[a]:.1f} ms (median {1e3 * m[a]:.1f})" for a in CS336_ARMS if a in t)
+            + (f"; ratio {result['step_time_ratio']:.2f}x" if result.get("step_time_ratio") else "")]
+    return "\n".join(rows)
+
+
+def cs336_plot(result: dict, path: Path | None = None):
+    """(a-c) held-out loss of every seed at each arm's chosen rate against tokens, model FLOPs and seconds (the
+    step times measured in turns); (d) best held-out bits/byte against the peak rate (dots: seeds, line: mean)."""
+    import matplotlib
+    if path is not None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
+    per_step = result["batch_size"] * result["block_size"]
+    timing = result.get("timing", {}).get("seconds_per_step", {})
+    xs = [("tokens seen (millions)", lambda r, t, a: t / 1e6),
+          ("model training FLOPs (10^15)", lambda r, t, a: t * r["flops_per_token"] / 1e15),
+          ("seconds at the arm's step time (timed in turns, alone, on the last launch's GPU)",
+           lambda r, t, a: t / per_step * timing[a] if timing.get(a) else None)]
+    for i, (name, arm) in enumerate(result["arms"].items()):
+        runs = arm["runs"].get(arm.get("best_lr") or "", {})
+        for ax, (label, x) in zip(axes[:3], xs):
+            for k, r in enumerate(runs.values()):
+                points = [(x(r, t, name), v) for t, v in r["valid_curve"]]
+                if points and points[0][0] is not None:
+                    ax.plot(*zip(*points), color=f"C{i}", alpha=0.7,
+                            label=f"{name} (lr {float(arm['best_lr']):g})" if k == 0 else None)
+            ax.set_xlabel(label, fontsize=9)
+            ax.set_ylabel("held-out loss (nats/token)")
+        rates = sorted(arm["by_rate"], key=float)
+        axes[3].semilogx([float(lr) for lr in rates], [arm["by_rate"][lr]["mean_bits_per_byte"] for lr in rates],
+                         "-", color=f"C{i}", label=name)
+        for lr in rates:
+            bpb = [s["bits_per_byte"] for s in arm["runs"][lr].values()]
+            axes[3].semilogx([float(lr)] * len(bpb), bpb, "o", color=f"C{i}", alpha=0.6)
+    axes[3].set_xlabel("peak learning rate")
+    axes[3].set_ylabel("best held-out bits/byte (dots: seeds; line: mean)")
+    for ax, letter in zip(axes, "abcd"):
+        ax.set_title(f"({letter})", loc="left", fontsize=9)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"CS336 shape: {result['steps']} steps of {result['batch_size']} x {result['block_size']} tokens, "
+                 f"dropout {result['dropout']} | {result['data']} | "
+                 + " then ".join(dict.fromkeys(x["device"] for x in result.get("launches") or [result]))
+                 + (" | PARTIAL" if result.get("partial") else ""), fontsize=9)
+    fig.tight_layout()
+    return save_or_return(fig, path)
+
+
+# ---------------------------------------------------- lesson 12: past the training length (extrapolation.py)
+
+ENCODINGS = {
+    "learned": {"positions": "learned"},
+    "sinusoidal": {"positions": "sinusoidal"},
+    "rope": {"positions": "rope"},
+    "rope base 1e6": {"positions": "rope", "rope_theta": 1e6},
+    "srpe": {"positions": "srpe"},                                       # the paper's setting
+    "srpe a_s=0": {"positions": "srpe", "srpe_a": 0.0},
+    "srpe offset": {"positions": "srpe", "srpe_radius": "offset"},        # the relative fix of lesson 06
+    "alibi": {"positions": "alibi"},
+    "none": {"positions": "none"},                                        # NoPE: only the causal mask
+}
+
+
+def stretched(folder: Path, context: int) -> LanguageModel:
+    """The trained model in `folder` rebuilt with a longer context. Nothing else changes: RoPE, SRPE and ALiBi
+    compute their tables for any position, the sinusoidal table is a formula; a learned table keeps its trained rows
+    and its new rows keep the initial values of a fresh model (seed 0): they were never trained."""
+    short = LanguageModel.from_pretrained(folder)
+    torch.manual_seed(0)
+    long = LanguageModel(dataclasses.replace(short.config, context=context))
+    state = long.state_dict()
+    for key, value in short.state_dict().items():
+        if key == "pos.weight":
+            state[key][: value.shape[0]] = value                     # the rows it was trained on
+        else:
+            state[key] = value
+    long.load_state_dict(state)
+    return long.eval()
+
+
+def windows(length: int, count: int) -> torch.Tensor:
+    """`count` non-overlapping windows of `length` + 1 held-out tokens (inputs and shifted targets)."""
+    stream = data.tokens("valid")
+    count = min(count, (len(stream) - 1) // length)
+    if count < 1:
+        raise SystemExit(f"the held-out split has {len(stream):,} tokens, fewer than one window of {length + 1}")
+    starts = np.arange(count) * length
+    return torch.from_numpy(np.stack([stream[s:s + length + 1] for s in starts]).astype(np.int64))
+
+
+@torch.no_grad()
+def loss_by_position(model: LanguageModel, batch: torch.Tensor, chunk: int = 8) -> list[float]:
+    """Mean next-token loss (nats) at each position of the windows in `batch`."""
+    total = torch.zeros(batch.shape[1] - 1, dtype=torch.float64)
+    for rows in batch.split(chunk):
+        logits = model(rows[:, :-1])
+        loss = F.cross_entropy(logits.transpose(1, 2), rows[:, 1:], reduction="none")     # (B, T)
+        total += loss.double().sum(0)
+    return (total / batch.shape[0]).tolist()
+
+
+def gap(curve: list[float], L: int) -> float:
+    """Mean loss over positions [2L, end) minus the mean over [L/2, L)."""
+    return statistics.mean(curve[2 * L:]) - statistics.mean(curve[L // 2:L])
+
+
+def extrapolation_plot(result: dict, path: Path | None = None):
+    """Loss against position for every encoding (left), and each one's loss minus ALiBi's at the same position
+    (right: every encoding is evaluated on the same windows, so the noise of the windows cancels). The left panel's
+    height is set by the encodings that stay within 1.5 nats of their loss before L; one that climbs higher runs off
+    the top, and its name says so. Saved to `path` if given; the figure is returned."""
+    import matplotlib
+    if path is not None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    L = result["block_size"]
+    means = {name: np.mean([s["loss_by_position"] for s in arm["seeds"].values()], axis=0)
+             for name, arm in result["encodings"].items()}
+    k = max(1, len(next(iter(means.values()))) // 128)                # smooth over k positions for reading
+    smooth = {name: np.convolve(m, np.ones(k) / k, mode="valid") for name, m in means.items()}
+    x = np.arange(len(next(iter(smooth.values())))) + k // 2
+    tame = [s for name, s in smooth.items() if result["encodings"][name]["gap"] < 1.5]
+    top = max(s.max() for s in tame or smooth.values()) + 0.2
+    reference = "alibi" if "alibi" in means else None
+    fig, axes = plt.subplots(1, 2 if reference else 1, figsize=(13 if reference else 8, 4.8), squeeze=False)
+    left, right = axes[0, 0], axes[0, -1]
+    for name, s in smooth.items():
+        seeds = len(result["encodings"][name]["seeds"])
+        off = " (off the top past L)" if s.max() > top else ""
+        line, = left.plot(x, s, label=f"{name} ({seeds} seed{'s' * (seeds > 1)}){off}")
+        if reference and name != reference:
+            diff = np.convolve(means[name] - means[reference], np.ones(k) / k, mode="valid")
+            right.plot(x, diff, color=line.get_color(), label=name + (" (off the top)" if off else ""))
+    left.set_ylim(top=top)
+    left.set_ylabel("held-out loss (nats/token), mean over windows and seeds")
+    left.set_title(f"Loss against position, trained at L = {L}", fontsize=9)
+    left.legend(fontsize=7, ncol=2, loc="lower left")
+    if reference:
+        right.axhline(0, color="grey", lw=0.8)
+        right.set_ylim(-0.3, top - min(s.min() for s in tame or smooth.values()))
+        right.set_ylabel(f"loss minus {reference}'s at the same position (nats/token)")
+        right.set_title(f"The same, relative to {reference} (the same windows)", fontsize=9)
+        right.legend(fontsize=7, ncol=2, loc="upper left")
+    for ax in {left, right}:
+        ax.axvline(L, color="k", ls=":", lw=1)
+        ax.text(L, ax.get_ylim()[1], " training length", va="top", fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlabel("position in the window (tokens)")
+    fig.suptitle(result["data"], fontsize=9)
+    fig.tight_layout()
+    return save_or_return(fig, path)
+
+
+# -------------------------------------------- lesson 13: state-space models against attention (ssm_bench.py)
+
+# name: the preset, its overrides, and where its rate comes from ("sweep" or another arm's best rate)
+SSM_ARMS = {
+    "llama-style": {"preset": "llama-style", "overrides": {}, "rate_from": "sweep"},
+    "ssm-llama-style": {"preset": "ssm-llama-style", "overrides": {}, "rate_from": "sweep"},
+    "selective": {"preset": "ssm-llama-style", "overrides": {"ssm_kind": "selective"}, "rate_from": "ssm-llama-style",
+                  "match_params_of": "llama-style"},
+}
+
+SSM_REFERENCE = "llama-style"                # the arm every other is compared with
+
+MIXERS = ("attention (fused)", "attention (explicit)", "S4D (FFT convolution)", "S4D (scan)", "selective (scan)",
+          "S4D kernel K alone")
+
+
+def ssm_arm_config(name: str, block_size: int, shape: dict | None = None) -> tuple[str, dict]:
+    """(preset, overrides) of arm `name` for windows of block_size tokens; `shape` (e.g. {"d": 32, "n_layers": 2})
+    shrinks every arm alike, and an arm that must match the reference's parameters gets its d_ff chosen again."""
+    arm = SSM_ARMS[name]
+    overrides = {"dropout": 0.0, "context": block_size, **(shape or {}), **arm["overrides"]}
+    if arm.get("match_params_of") or (shape and arm["preset"] != SSM_ARMS[SSM_REFERENCE]["preset"]):
+        reference = SSM_ARMS[arm.get("match_params_of", SSM_REFERENCE)]
+        target = count_params(preset(reference["preset"], **{"dropout": 0.0, "context": block_size, **(shape or {}),
+                                                             **reference["overrides"]}))
+        overrides["d_ff"] = closest_d_ff(arm["preset"], overrides, target)
+    return arm["preset"], overrides
+
+SENTENCE_END = set(".!?:\"'\u201c\u201d\u2018\u2019")
+
+
+def recall_targets(ids: list[int], tokenizer) -> list[int]:
+    """Indices k of the tokens in `ids` (one story) that start a probe word: capitalised, not "I", not the first word
+    of a sentence, and seen earlier in `ids`. Position k of a window [<|endoftext|>] + ids predicts token k."""
+    pieces = [tokenizer.decode_bytes([i]) for i in ids]
+    starts = np.cumsum([0] + [len(p) for p in pieces])         # byte offset of each token
+    text = b"".join(pieces)
+    seen, out = set(), []
+    for match in re.finditer(rb"[A-Za-z]+", text):
+        word, at = match.group(), match.start()
+        before = text[:at]
+        gap = before[len(before.rstrip()):]
+        previous = before.rstrip().decode("utf-8", "ignore")[-1:]
+        mid_sentence = previous != "" and b"\n" not in gap and previous not in SENTENCE_END
+        if word[:1].isupper() and word != b"I" and mid_sentence and word in seen:
+            k = int(np.searchsorted(starts, at, side="right")) - 1          # the token holding the word's first byte
+            if not text[starts[k]:at].strip():                               # it starts there (after spaces only)
+                out.append(k)
+        seen.add(word)
+    return out
+
+
+def probe_windows(stories: list[str], tokenizer, length: int) -> dict:
+    """Each story as a window [<|endoftext|>] + its first `length` tokens, padded with <|endoftext|> to length + 1:
+    ids (S, length + 1) int64, `valid` (S, length) marking real targets, `recall` (S, length) the probe's positions."""
+    S = len(stories)
+    ids = torch.full((S, length + 1), tokenizer.eot_id, dtype=torch.int64)
+    valid = torch.zeros(S, length, dtype=torch.bool)
+    recall = torch.zeros(S, length, dtype=torch.bool)
+    for s, story in enumerate(stories):
+        story_ids = tokenizer.encode(story)[:length]
+        ids[s, 1:1 + len(story_ids)] = torch.tensor(story_ids, dtype=torch.int64)
+        valid[s, :len(story_ids)] = True
+        for k in recall_targets(story_ids, tokenizer):
+            recall[s, k] = True
+    return {"ids": ids, "valid": valid, "recall": recall}
+
+
+@torch.no_grad()
+def probe(model: LanguageModel, windows: dict, chunk: int = 32) -> dict:
+    """Mean loss (nats) and top-1 accuracy of `model` on the probe's positions and on all positions of the windows.
+    Padding comes after a story, so (the models being causal) it changes no real position's prediction."""
+    model.eval()
+    losses, hits = [], []
+    for rows in windows["ids"].split(chunk):
+        logits = model(rows[:, :-1])
+        losses.append(F.cross_entropy(logits.transpose(1, 2), rows[:, 1:], reduction="none").double())
+        hits.append(logits.argmax(-1) == rows[:, 1:])
+    loss, hit = torch.cat(losses), torch.cat(hits)
+    out = {}
+    for key, mask in (("recall", windows["recall"]), ("all", windows["valid"])):
+        out[key] = {"positions": int(mask.sum()), "loss": loss[mask].mean().item(),
+                    "top1": hit[mask].double().mean().item()}
+    return out
+
+
+def ssm_fresh_seeds(arm: dict) -> list[str]:
+    """The arm's seeds whose run did not choose its rate: its sweep ran on seed 0 and the best sweep run is its seed
+    0, so seed 0 is set apart; an arm whose rate came from another arm's sweep keeps every seed."""
+    return [seed for seed in arm["seeds"] if arm["rate_from"] != "sweep" or seed != "0"]
+
+
+def ssm_plot(result: dict, path: Path | None = None):
+    """In the order of lesson 13's text. Costs: (a) seconds per forward of each mixer against T, (b) seconds per
+    decoded token against T, (c) decoding memory against T. Training: (d) held-out bits per byte per arm and seed
+    (seed 0, which chose the rate, hollow; the line is the mean of the fresh seeds), (e) the recall probe's loss per
+    arm, (f) the same after the longer runs."""
+    import matplotlib
+    if path is not None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.6))
+    (a, b, c), (d, e, f) = axes
+    cost = result.get("costs")
+    if cost:
+        Ts = cost["lengths"]
+        for mixer, seconds in cost["mixers"].items():
+            a.loglog(Ts, seconds, "o-", label=mixer)
+        a.set_title(f"(a) one mixer's forward, batch 1, d = {cost['d']} ({cost['threads']} thread)", fontsize=9)
+        a.set_xlabel("sequence length T (tokens)")
+        a.set_ylabel("seconds per forward (best of repeats)")
+        a.legend(fontsize=7)
+        for name, dec in cost["decoding"].items():
+            b.semilogx(Ts, np.array(dec["seconds_per_token"]) * 1e3, "o-", label=f"{name} ({dec['cache']})")
+            line, = c.loglog(Ts, np.array(dec["bytes"]) / 2**20, "o-", ms=8, label=f"{name}: {dec['cache']}, measured")
+            c.loglog(Ts, np.array(dec["analytic_bytes"]) / 2**20, "x", ms=6, color="k",
+                     label=f"{name}: budget's formula" if name == SSM_REFERENCE else None)
+        b.set_yscale("linear")
+        b.set_title("(b) the whole model, one new token at position T", fontsize=9)
+        b.set_xlabel("position T (tokens)")
+        b.set_ylabel("ms per token (best of the decoded tokens)")
+        b.legend(fontsize=7)
+        c.set_title("(c) decoding memory at position T (float32, batch 1)", fontsize=9)
+        c.set_xlabel("position T (tokens)")
+        c.set_ylabel("MiB held by the caches")
+        handles, labels = c.get_legend_handles_labels()
+        c.legend(handles, [label.replace(f"{SSM_REFERENCE}: ", "") if "formula" in label else label
+                           for label in labels], fontsize=7, loc="center right")
+        for ax in (a, b, c):
+            ax.set_xticks(Ts, [str(T) for T in Ts])
+            ax.minorticks_off()
+    arms = {n: a_ for n, a_ in result.get("arms", {}).items() if a_["seeds"]}
+    for i, (name, arm) in enumerate(arms.items()):
+        fresh = ssm_fresh_seeds(arm)
+        for k, (seed, run) in enumerate(arm["seeds"].items()):     # side by side: close values never overprint
+            x = i + (k - (len(arm["seeds"]) - 1) / 2) * 0.2
+            d.plot(x, run["bits_per_byte"], "o", color=f"C{i}", ms=7, mfc=f"C{i}" if seed in fresh else "white")
+            d.annotate(f"s{seed}", (x, run["bits_per_byte"]), xytext=(5, 0), textcoords="offset points",
+                       va="center", fontsize=7)
+        if fresh:
+            d.hlines(statistics.mean(arm["seeds"][s]["bits_per_byte"] for s in fresh), i - 0.38, i + 0.38,
+                     color=f"C{i}", lw=1, zorder=0)
+        probes = [s["probe"] for s in arm["seeds"].values() if "probe" in s]
+        for j, part in enumerate(("recall", "all")):
+            values = [p[part]["loss"] for p in probes]
+            if values:
+                e.bar(i + (j - 0.5) * 0.38, statistics.mean(values), 0.36, color=f"C{i}", alpha=1.0 if j else 0.55,
+                      hatch="" if j else "//", edgecolor="k")
+                e.plot([i + (j - 0.5) * 0.38] * len(values), values, "k.", ms=4)
+    names = list(arms)
+    d.set_xticks(range(len(names)), [f"{n}\nlr {arms[n].get('best_lr', 0):g}" for n in names], fontsize=8)
+    d.set_xlim(-0.5, max(len(names), 1) - 0.5)
+    d.margins(y=0.08)
+    d.set_ylabel("held-out bits per byte (best evaluation)")
+    d.set_title(f"(d) {result['steps']} steps of {result['batch_size']} x {result['block_size']} tokens, per seed sN;\n"
+                "hollow: seed 0, its run chose the rate; line: mean of the other seeds", fontsize=9)
+    e.set_xticks(range(len(names)), names, fontsize=8)
+    e.set_ylabel("held-out loss (nats/token)")
+    e.set_title("(e) recall probe, mean of the seeds (dots: each seed);\nhatched: names seen before; plain: all tokens",
+                fontsize=9)
+    longer = [(n, steps, run) for n, arm in arms.items() for steps, run in arm.get("long", {}).items()]
+    for i, (name, steps, run) in enumerate(longer):
+        for j, part in enumerate(("recall", "all")):
+            f.bar(i + (j - 0.5) * 0.38, run["probe"][part]["loss"], 0.36, color=f"C{list(arms).index(name)}",
+                  alpha=1.0 if j else 0.55, hatch="" if j else "//", edgecolor="k")
+            f.text(i + (j - 0.5) * 0.38, run["probe"][part]["loss"], f"{run['probe'][part]['top1']:.0%}",
+                   ha="center", va="bottom", fontsize=7)
+    if longer:
+        f.set_xticks(range(len(longer)), [f"{n}\n{s} steps, seed 0" for n, s, _ in longer], fontsize=8)
+        f.set_ylabel("held-out loss (nats/token)")
+        f.set_title("(f) after the longer runs, as (e);\nnumbers: how often the top guess is right", fontsize=9)
+        f.margins(y=0.08)
+    else:
+        f.axis("off")
+    fig.suptitle(f"{result['data']} | {result['hardware']}", fontsize=9)
+    fig.tight_layout()
+    return save_or_return(fig, path, dpi=100)
+
+
+# -------------------------------------------------------------- lesson 14: mixture of experts (moe_bench.py)
+
+MOE_ARMS = {
+    "dense": ("llama-style", {}),
+    "moe": ("moe-llama-style", {}),
+    "dense-total": ("llama-style", {"d_ff": 524}),
+    "dsff": ("llama-style", {"ffn": "dsff", "d_ff_a": 44, "d_ff": 134}),
+    "moe-no-aux": ("moe-llama-style", {"moe_aux": 0.0}),
+}
+
+
+def moe_arm_config(name: str, block_size: int, shape: dict | None = None) -> tuple[str, dict]:
+    """(preset, overrides) of arm `name`; `shape` (e.g. {"d": 16, "n_layers": 1}) shrinks every arm alike (for
+    tests and the lesson's live run; then the equalities of parameters hold only roughly)."""
+    name_of_preset, extra = MOE_ARMS[name]
+    return name_of_preset, {"dropout": 0.0, "context": block_size, **(shape or {}), **extra}
+
+
+def held_out(max_tokens: int, tokenizer, length: int = 128) -> torch.Tensor:
+    """The first rows of `length` held-out tokens, at most `max_tokens` of them."""
+    stream = data.tokens("valid", tokenizer)
+    rows = max(1, min(max_tokens, len(stream)) // length)
+    return torch.from_numpy(stream[:rows * length].astype(np.int64)).view(rows, -1)
+
+
+@torch.no_grad()
+def routing(model, batch: torch.Tensor, chunk: int = 16) -> dict:
+    """Held-out routing of a trained MoE: per layer the load per expert (top-k assignments), the fraction dropped,
+    and every token's top-1 expert ((layers, tokens), in the batch's row-major order)."""
+    model.eval()
+    top1 = {i: [] for i in range(len(model.moe_layers()))}
+    hooks = []
+    for i, layer in enumerate(model.moe_layers()):
+        def hook(module, args, output, i=i):
+            x = args[0]
+            logits = module.router(x.reshape(-1, x.shape[-1]))        # row-major (the layer serves position-major)
+            top1[i].append(logits.argmax(-1))
+        hooks.append(layer.register_forward_hook(hook))
+    loads, dropped = [], []
+    try:
+        for rows in batch.split(chunk):
+            model(rows)
+            stats = model.moe_stats()
+            loads.append(stats["moe_load"] * rows.numel())
+            dropped.append(stats["moe_dropped"] * rows.numel())
+    finally:
+        for h in hooks:
+            h.remove()
+    n = batch.numel()
+    return {"load": (sum(loads) / n).tolist(), "dropped": (sum(dropped) / n).tolist(),
+            "top1": torch.stack([torch.cat(top1[i]) for i in top1])}
+
+
+def moe_report(result: dict) -> str:
+    """docs/results.md's table."""
+    rows = ["| arm | parameters (total / active) | seeds | nats/token | bits/byte | spread | tokens/s | vs dense |",
+            "|---|---|---|---|---|---|---|---|"]
+    for name, arm in result["arms"].items():
+        verdict = result["comparison"].get(f"{name} vs dense")
+        v = f"{verdict['difference']:+.4f} ({verdict['verdict']})" if verdict else "—"
+        rows.append(f"| `{name}` | {arm['params']['total']:,} / {arm['params']['active']:,} | {len(arm['seeds'])} | "
+                    f"{arm['mean_nats_per_token']:.3f} | {arm['mean_bits_per_byte']:.4f} | "
+                    f"{arm['spread_bits_per_byte']:.4f} | {arm['mean_tokens_per_s']:,.0f} | {v} |")
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------- lesson 15: masked diffusion (diffusion_bench.py)
+
+# name: (preset, objective)
+DIFFUSION_ARMS = {"decoder": ("llama-style", "next-token"), "diffusion": ("diffusion-llama-style", "diffusion")}
+
+
+def diffusion_arm_config(name: str, block_size: int, shape: dict | None = None) -> tuple[str, dict]:
+    """(preset, overrides) of arm `name`; `shape` (e.g. {"d": 16, "n_layers": 1}) shrinks both arms alike."""
+    return DIFFUSION_ARMS[name][0], {"dropout": 0.0, "context": block_size, **(shape or {})}
+
+
+def diffusion_counts(block_size: int = 128, shape: dict | None = None) -> dict:
+    """Parameters of each arm (analytic, budget.count_params)."""
+    return {name: count_params(preset(*diffusion_arm_config(name, block_size, shape)[:1],
+                                      **diffusion_arm_config(name, block_size, shape)[1])) for name in DIFFUSION_ARMS}
+
+
+def blank_span(n: int, blank: int) -> tuple[int, int]:
+    """The blank's [start, end): `blank` positions in the middle of a sequence of n."""
+    start = (n - blank) // 2
+    return start, start + blank
+
+
+def diffusion_report(result: dict) -> str:
+    """docs/results.md's tables: quality per arm, then generation per sampler."""
+    rows = ["| arm | parameters | peak rate | seeds | held-out bits/byte (mean) | spread (max - min) | nats/token | "
+            "what the number is |", "|---|---|---|---|---|---|---|---|"]
+    for name, arm in result["arms"].items():
+        if not arm["seeds"]:
+            continue
+        what = (f"upper bound (ELBO, {arm['seeds']['0']['draws'] if '0' in arm['seeds'] else '?'} draws; standard "
+                f"error at most {arm['max_stderr_bits_per_byte']:.4f})" if "max_stderr_bits_per_byte" in arm
+                else "exact")
+        rows.append(f"| `{name}` | {arm['params']:,} | {arm['best_lr']:g} | {len(arm['seeds'])} | "
+                    f"{arm['mean_bits_per_byte']:.4f} | {arm['spread_bits_per_byte']:.4f} | "
+                    f"{arm['mean_nats_per_token']:.3f} | {what} |")
+    if "generation" in result:
+        rows += ["", "| sampler | steps | forward passes per token | seconds per sample | judge nats/token | "
+                 "decoder nats/token | distinct words |", "|---|---|---|---|---|---|---|"]
+        for s in result["generation"]["settings"]:
+            kind = ("decoder (KV cache)" if s["sampler"] == "decoder"
+                    else f"diffusion, blocks of {s['block']}" if s["block"] else "diffusion, whole window")
+            rows.append(f"| {kind} | {s['steps']} | {s['forward_passes_per_token']:.3f} | {s['mean_seconds']:.2f} | "
+                        f"{s['mean_judge_nats']:.3f} | {s['mean_decoder_nats']:.3f} | {s['mean_distinct_words']:.3f} |")
+    if "infilling" in result:
+        inf = result["infilling"]
+        rows += ["", f"| blank of {inf['blank']} tokens ({inf['stories']} held-out stories) | tokens equal to the "
+                 "original | judge nats/token of the blank | judge nats/token after the blank |", "|---|---|---|---|"]
+        for method, m in inf["mean"].items():
+            rows.append(f"| {method} | {m['exact']:.3f} | {m['fill_nats']:.3f} | {m['after_nats']:.3f} |")
+    return "\n".join(rows)
+
+
+def diffusion_plot(result: dict, path: Path | None = None):
+    """(a) held-out bits/byte per arm and seed (the diffusion arm's a bound, with its standard error); (b) the
+    judge's nats/token of samples against the number of unmasking steps; (c) held-out loss over training."""
+    import matplotlib
+    if path is not None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.5))
+    names = [n for n in result["arms"] if result["arms"][n]["seeds"]]
+    for i, name in enumerate(names):
+        seeds = result["arms"][name]["seeds"]
+        bpb = [s["bits_per_byte"] for s in seeds.values()]
+        bound = name == "diffusion"
+        # a short line at the mean, not a bar: the axis cannot start at 0 without flattening the difference
+        a.plot([i - 0.3, i + 0.3], [statistics.mean(bpb)] * 2, color="orangered" if bound else "steelblue", lw=3,
+               label="upper bound (negative ELBO)" if bound else "exact")
+        a.errorbar([i] * len(bpb), bpb, yerr=[s.get("stderr_bits_per_byte", 0) for s in seeds.values()], fmt="k.",
+                   capsize=3)
+    if names:
+        a.set_xticks(range(len(names)), names)
+        a.set_xlim(-0.6, len(names) - 0.4)
+        lows = [s["bits_per_byte"] for n in names for s in result["arms"][n]["seeds"].values()]
+        a.set_ylim(min(lows) - 0.1, max(lows) + 0.1)
+        a.legend(fontsize=8)
+    a.set_ylabel("held-out bits/byte (line: mean; dots: seeds)")
+    a.set_title("(a) quality: a bound against an exact value", fontsize=9)
+    if "generation" in result:
+        settings = result["generation"]["settings"]
+        for block, style in ((result["generation"]["settings"][0]["block"], "o-"), (None, "s--")):
+            pts = [(s["steps"], s["mean_judge_nats"]) for s in settings if s["sampler"] == "diffusion" and s["block"] == block]
+            if pts:
+                b.plot(*zip(*pts), style, label=f"diffusion, blocks of {block}" if block else "diffusion, whole window")
+        dec = [s for s in settings if s["sampler"] == "decoder"]
+        if dec:
+            b.axhline(dec[0]["mean_judge_nats"], color="k", ls=":", label="decoder (one pass per token)")
+        # the anchor: a token drawn uniformly costs ln V nats, V the tokenizer's vocabulary (the decoder arm's, which
+        # the judge shares; the diffusion arm's is one id larger, for [MASK])
+        plain = [arm for arm in result["arms"].values() if arm.get("objective") != "diffusion" and "preset" in arm]
+        if plain:
+            vocab = preset(plain[0]["preset"], **plain[0].get("overrides", {})).vocab_size
+            b.axhline(math.log(vocab), color="grey", ls="-.",
+                      label=f"uniform random token (ln {vocab:,} = {math.log(vocab):.2f})")
+        b.set_xscale("log", base=2)
+        b.legend(fontsize=8)
+    b.set_xlabel(f"unmasking steps N for {result.get('generation', {}).get('generated', '?')} tokens after <|endoftext|>")
+    b.set_ylabel("judge's nats/token of the samples (lower: more plausible)")
+    b.set_title("(b) samples against the number of steps", fontsize=9)
+    for name in names:
+        arm = result["arms"][name]
+        run = arm["seeds"].get("0") or next(iter(arm["seeds"].values()))
+        curve = np.array(run["valid_curve"])
+        c.plot(curve[:, 0] / 1e6, curve[:, 1], "o-", label=f"{name}, held-out" + (
+            f" (bound, first {result.get('trainer_bound_windows', '?')} windows)" if name == "diffusion" else ""))
+        train = np.array(run["train_curve"])
+        c.plot(train[:, 0] / 1e6, train[:, 1], "-", alpha=0.5, label=f"{name}, training loss")
+    c.set_xlabel("training tokens (millions)")
+    c.set_ylabel("nats/token")
+    c.set_title("(c) loss over training (seed 0, best rate)", fontsize=9)
+    if c.lines:
+        c.legend(fontsize=8)
+    fig.suptitle(result["data"] + (" (partial)" if result.get("partial") else ""), fontsize=9)
+    fig.tight_layout()
+    return save_or_return(fig, path)
+
+
+# -------------------------------------------- lesson 15: the three layouts, the sort task (layouts_bench.py)
+
+DIGITS, SPAN = 10, 8          # the source: 8 digits 0..9; the target: the same digits sorted; id 10 starts targets
+
+
+def build(name: str, cfg):
+    return EncoderDecoder(cfg) if name == "encdec" else LanguageModel(cfg)
+
+
+def target_loss(name: str, model, src: torch.Tensor, tgt: torch.Tensor, start: int) -> torch.Tensor:
+    """Mean cross-entropy of the targets (B, U) in nats per target token, for either layout."""
+    if name == "encdec":
+        return model.loss(src, shift_right(tgt, start), tgt)
+    seq = torch.cat([src, shift_right(tgt, start)], 1)             # source, start, target without its last
+    return next_token_loss(model(seq)[:, src.shape[1]:], tgt)     # only the target positions count
+
+
+@torch.no_grad()
+def decode(name: str, model, src: torch.Tensor, length: int, start: int) -> torch.Tensor:
+    """Greedy targets (B, length) for sources (B, S)."""
+    if name == "encdec":
+        return greedy(model, src, length, start)
+    prefix = torch.cat([src, torch.full_like(src[:, :1], start)], 1)
+    return generate_ids(model, prefix, length, temperature=0.0)[:, prefix.shape[1]:]
+
+
+def optimiser_step(name: str, model, opt, batch: tuple, lr: float) -> float:
+    """One step at rate `lr` on the target loss of batch = (source, target, start id), gradients clipped at 1.0;
+    returns the loss (nats per target token, rounded to 4 places)."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    loss = target_loss(name, model, *batch)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return round(loss.item(), 4)
+
+
+def sort_task(n: int, generator: torch.Generator, span: int = SPAN) -> tuple[torch.Tensor, torch.Tensor]:
+    """(source, target), each (n, span): rows of random digits 0..DIGITS-1, and the same digits in ascending order.
+    A target's tokens are fixed by its source and by nothing else, so a model that does not read its source can do
+    no better than guess sorted digits (several nats per target); one that reads it can reach 0."""
+    source = torch.randint(0, DIGITS, (n, span), generator=generator)
+    return source, source.sort(1).values
+
+
+def sort_configs(shape: dict | None = None, span: int = SPAN) -> dict:
+    """The two arms for the sort task: llama-style at d = 32 with 2 + 2 layers (encdec) and the decoder-only
+    model of 4 layers whose SwiGLU width brings its parameters closest (one sequence: source, start, target).
+    The vocabulary is the 10 digits and the start id."""
+    common = dict(vocab_size=DIGITS + 1, dropout=0.0, d=32, n_layers=2, **(shape or {}))
+    encdec = preset("llama-style", **common, context=span)
+    common["n_layers"] = 2 * encdec.n_layers
+    decoder_with = lambda h: preset("llama-style", **common, d_ff=h, context=2 * span + 1)  # noqa: E731
+    best = min(range(8, 8 * encdec.d), key=lambda h: abs(count_params(decoder_with(h)) - encdec_params(encdec)))
+    return {"encdec": encdec, "decoder": decoder_with(best)}
+
+
+def sort_train(name: str, cfg, seed: int, steps: int, batch_size: int = 32, lr: float = 1e-2):
+    """Train arm `name` on fresh sort pairs (AdamW, warmup 5% then cosine, clipping at 1.0; the loss on the
+    target tokens only, as `target_loss`). Returns (model, losses). A few seconds per hundred steps on one thread."""
+    torch.manual_seed(seed)
+    model = build(name, cfg)
+    opt = torch.optim.AdamW(parameter_groups(model, 0.0), lr=lr, betas=(0.9, 0.95))
+    g = torch.Generator().manual_seed(seed)
+    losses = []
+    model.train()
+    for step in range(steps):
+        losses.append(optimiser_step(name, model, opt, (*sort_task(batch_size, g), DIGITS),
+                                     learning_rate(step / steps, lr, 0.05)))
+    return model.eval(), losses
+
+
+@torch.no_grad()
+def sort_evaluate(name: str, model, rows: int = 512, seed: int = 4321) -> dict:
+    """On `rows` held-out pairs (drawn with `seed`): the target loss in nats per target token with each row's own
+    source and with another row's source (the source rolled by one row), and by greedy decoding the fraction of
+    targets written exactly and of target digits right."""
+    model.eval()
+    src, tgt = sort_task(rows, torch.Generator().manual_seed(seed))
+    predicted = decode(name, model, src, tgt.shape[1], DIGITS)
+    return {"nats_per_target_token": target_loss(name, model, src, tgt, DIGITS).item(),
+            "nats_per_target_token_other_source": target_loss(name, model, src.roll(1, 0), tgt, DIGITS).item(),
+            "targets_exact": (predicted == tgt).all(1).float().mean().item(),
+            "digits_right": (predicted == tgt).float().mean().item(), "rows": rows}
+
+
+def report_sort(result: dict) -> str:
+    """The sort task's table: per arm, the target loss with its own source and with another row's source."""
+    rows = ["| sort task arm | parameters | seeds | held-out nats per target token | with another row's source | "
+            "targets written exactly |", "|---|---|---|---|---|---|"]
+    for name, arm in result["sort"]["arms"].items():
+        rows.append(f"| {name} | {arm['params']:,} | {len(arm['seeds'])} | {arm['mean_nats_per_target_token']:.3f} | "
+                    f"{arm['mean_nats_per_target_token_other_source']:.3f} | {arm['mean_targets_exact']:.1%} |")
+    return "\n".join(rows)
