@@ -8,12 +8,12 @@ STUDENT ?= student
 .PHONY: setup run test lessons bench student clean
 
 # Create .venv and install minwiola with its dev tools and the Hugging Face extra; constraints.txt pins torch's
-# version (not its build: docs/setup.md says how to get the CPU-only build).
+# version (not its build: docs/setup.md says how to get the CPU-only build). -qq: errors only, no build chatter.
 setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --quiet -c constraints.txt -e ".[dev,hf]"   # errors only: no build chatter
+	$(BIN)/python -m pip install --quiet --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --quiet -c constraints.txt -e ".[dev,hf]"
 	touch $@
 
 # The main job: train a small Wiola for a few minutes, then print three stories it writes.
