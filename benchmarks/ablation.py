@@ -15,10 +15,12 @@ through config overrides, trained with `minwiola.train.Trainer` on the same data
 3. The arms, --seeds each: llama-style, llama-style plus one part, wiola, wiola minus one part; and "+width",
    llama-style with a wider SwiGLU holding GCLA's extra parameters (a control, not a Wiola part).
 
-A part's verdict compares the mean final held-out loss (nats/token) of two arms, seeds over seeds: "helps" when
-adding it lowers the mean by more than twice the larger seed spread (max - min) of the two, "hurts" when it raises
-it by that much, else "within noise". Then what the parts learned: GCLA's blend beta, DSFF's gate alpha per
-dimension, WiolaRMSNorm's offsets delta, ATM's mu over the run.
+Each arm is judged against the arm it is compared with by the course's one rule (minwiola.verdict: a paired
+t-test at 5%; the seed fixes the data order, so seeds pair) on the final held-out loss (nats/token), counting only
+the seeds that chose no rate: seed --seeds[0] chose llama-style's and wiola's rates and every arm is compared with
+one of them. The comparisons and seeds are registered in the result file before the first run
+(common.register). A part "helps" when adding it gives "lower" or removing it "higher". Then what the parts
+learned: GCLA's blend beta, DSFF's gate alpha per dimension, WiolaRMSNorm's offsets delta, ATM's mu over the run.
 
 Runs live in --runs/NAME-lrLR-sSEED: finished ones are reused (after checking their settings), stopped ones resumed,
 so the script can be killed and started again. results/ablation.json (and ablation.png) are rewritten after every
@@ -32,8 +34,8 @@ from pathlib import Path
 
 import torch
 
-from common import (ROOT, commit, hardware, positive_float, positive_int, result_options, seed_int, target_merge_ratio,
-                    train_or_reuse, user_errors)
+from common import (ROOT, commit, decide, hardware, positive_float, positive_int, register, result_options, seed_int,
+                    target_merge_ratio, train_or_reuse, user_errors)
 from experiments import BASE, FIVE, PARTS, calibrate_tau, learned, summary
 
 from minwiola import data
@@ -68,12 +70,21 @@ def train(name: str, parts: list[str], lr: float, seed: int, tau: float | None, 
     return out, summary(out, cfg)
 
 
-def verdict(arm: list[float], ref: list[float]) -> dict:
-    """The stated rule: a difference of means beyond twice the larger seed spread counts; else within noise."""
-    diff = statistics.mean(arm) - statistics.mean(ref)
-    noise = 2 * max(max(arm) - min(arm), max(ref) - min(ref))
-    word = "lower" if diff < -noise else "higher" if diff > noise else "within noise"
-    return {"difference": diff, "twice_larger_spread": noise, "loss": word}
+def registration(seeds: list[int]) -> dict:
+    """The comparisons, written down before the first run: every arm against the arm it is compared with, paired,
+    on the seeds after the first (the first chose the rates)."""
+    counted = [str(s) for s in seeds[1:]]
+    path = "arms/{arm}/seeds/{{seed}}/final_nats_per_token"
+    return {f"{name} vs {ref}": {"arm": path.format(arm=name), "reference": path.format(arm=ref), "seeds": counted,
+                                 "paired": True}
+            for name, (ref, _) in arms().items() if ref}
+
+
+def part_word(name: str, word: str) -> str:
+    """A verdict on the loss read as a verdict on the part: adding a part that lowers the loss helps it; removing a
+    part that raises the loss means the part helped."""
+    adds = not name.startswith("wiola -")
+    return {"lower": "helps" if adds else "hurts", "higher": "hurts" if adds else "helps"}.get(word, word)
 
 
 def fresh_seeds(result: dict, name: str) -> list[str]:
@@ -84,47 +95,36 @@ def fresh_seeds(result: dict, name: str) -> list[str]:
 
 
 def seed_stats(result: dict, name: str, pick) -> dict:
-    """Mean and spread of the final held-out loss over the seeds `pick(arm name)` keeps, and the part's verdict
-    against the arm it is compared with, over the seeds `pick` keeps there (two at least on each side)."""
-    arm = result["arms"][name]
-    runs = [arm["seeds"][seed] for seed in pick(name)]
+    """Mean and spread of the final held-out loss over the seeds `pick(arm name)` keeps."""
+    runs = [result["arms"][name]["seeds"][seed] for seed in pick(name)]
     if not runs:
         return {}
     nats = [r["final_nats_per_token"] for r in runs]
-    out = {"mean_nats_per_token": statistics.mean(nats), "spread_nats_per_token": max(nats) - min(nats),
-           "mean_bits_per_byte": statistics.mean(r["final_bits_per_byte"] for r in runs)}
-    ref = result["arms"].get(arm["compared_with"])
-    ref_nats = [ref["seeds"][seed]["final_nats_per_token"] for seed in pick(arm["compared_with"])] if ref else []
-    if len(ref_nats) >= 2 and len(nats) >= 2:
-        v = verdict(nats, ref_nats)
-        # adding a part that lowers the loss helps; removing a part that raises the loss means it helped
-        adds = arm["compared_with"] == BASE
-        v["part"] = {"lower": "helps" if adds else "hurts", "higher": "hurts" if adds else "helps",
-                     "within noise": "within noise"}[v["loss"]]
-        out["verdict"] = v
-    return out
+    return {"mean_nats_per_token": statistics.mean(nats), "spread_nats_per_token": max(nats) - min(nats),
+            "mean_bits_per_byte": statistics.mean(r["final_bits_per_byte"] for r in runs)}
 
 
 def summarise(result: dict) -> None:
     """Per arm: mean and spread of the final held-out loss; per compared pair: the verdict of the part. Over all
-    seeds, and again (`fresh`) without the seed-0 runs that chose a rate."""
+    seeds, and again (`fresh`) without the seed-0 runs that chose a rate; then the registered verdicts."""
     for name, arm in result["arms"].items():
         arm.update(seed_stats(result, name, lambda n: list(result["arms"][n]["seeds"])))
         if arm["seeds"]:
             arm["fresh"] = {"seeds": fresh_seeds(result, name),
                             **seed_stats(result, name, lambda n: fresh_seeds(result, n))}
+    result["verdicts"] = decide(result)
 
 
 def table(result: dict) -> str:
     """The Markdown table of docs/results.md (`--report`): every arm, its mean and spread over seeds, its verdict."""
     rows = ["| arm | parameters | peak rate | seeds | nats/token (mean) | spread (max - min) | bits/byte | "
-            "compared with | difference | 2 x larger spread | the part |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "compared with | difference (paired) | bound | the part |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, a in result["arms"].items():
         if "mean_nats_per_token" not in a:
             continue
-        v = a.get("verdict")
-        rest = (f"`{a['compared_with']}` | {v['difference']:+.4f} | {v['twice_larger_spread']:.4f} | {v['part']} |"
-                if v else "| | | |")
+        v = result.get("verdicts", {}).get(f"{name} vs {a['compared_with']}")
+        rest = (f"`{a['compared_with']}` | {v['difference']:+.4f} | {v['bound'] or float('nan'):.4f} | "
+                f"{part_word(name, v['verdict'])} |" if v else "| | | |")
         rows.append(f"| `{name}` | {a['params']:,} | {a['lr']:g} | {len(a['seeds'])} | "
                     f"{a['mean_nats_per_token']:.4f} | {a['spread_nats_per_token']:.4f} | "
                     f"{a['mean_bits_per_byte']:.4f} | {rest}")
@@ -189,11 +189,11 @@ def main(argv: list[str] | None = None) -> int:
               "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "data": data.describe_source(), "steps": args.steps,
               "batch_size": args.batch_size, "block_size": args.block_size, "seeds": args.seeds,
-              "rule": "a part helps (hurts) when adding it lowers (raises) the mean final held-out loss, or removing "
-                      "it raises (lowers) it, by more than twice the larger seed spread (max - min) of the two arms; "
-                      "otherwise within noise",
               "lr_sweep": {}, "arms": {}}
     result_path = Path(args.result)
+    if result_path.exists():                 # a resumed run keeps the registration its first start wrote
+        result["registered"] = json.loads(result_path.read_text()).get("registered")
+    register(result, registration(args.seeds))
 
     def save():
         summarise(result)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import best_eval, compare, save_or_return     # best_eval, compare: lessons 12-15 read them
+from common import best_eval, decide, save_or_return      # best_eval, decide: lessons 12-16 read them
 from experiments import closest_d_ff
 
 from minwiola import data

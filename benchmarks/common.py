@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from minwiola import verdict
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -139,20 +141,48 @@ def best_of(repeat: int, fn) -> float:
     return min(times)
 
 
-def compare(arm: list[float], reference: list[float]) -> dict:
-    """The comparisons' stated rule, on one number per seed (held-out bits per byte) for two arms: the difference of
-    the means, arm minus reference, is "lower" or "higher" when its size exceeds twice the larger seed spread
-    (max - min) of the two, else "within noise"; "one seed" when neither arm has two seeds (no spread to judge by).
-    With one seed in one arm the rule rests on the other arm's spread alone."""
-    spread = max(max(arm) - min(arm), max(reference) - min(reference))
-    difference = statistics.mean(arm) - statistics.mean(reference)
-    if len(arm) < 2 and len(reference) < 2:
-        word = "one seed"
-    elif abs(difference) > 2 * spread:
-        word = "lower" if difference < 0 else "higher"
-    else:
-        word = "within noise"
-    return {"difference": difference, "bound": 2 * spread, "verdict": word}
+def register(result: dict, comparisons: dict, note: str = "before the first run") -> dict:
+    """Write down, before any run, how the benchmark will judge: the rule's name and, per comparison, the two arms'
+    per-seed numbers (paths into the result with "{seed}" standing for the seed; a number for a threshold), the
+    seeds that will count (one list, or {"arm": [...], "reference": [...]} when unpaired arms count different
+    seeds) and whether they pair. A resumed benchmark keeps what its first start registered: it may
+    add comparisons (a grid grown by a later launch, registered before those runs), never change one (an error)."""
+    now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    entry = result.get("registered") or {"rule": verdict.RULE, "when": now, "note": note, "comparisons": {}}
+    changed = [n for n, c in comparisons.items() if entry["comparisons"].get(n, c) != c]
+    if entry["rule"] != verdict.RULE or changed:
+        raise SystemExit(f"error: this result file registered {changed or 'another rule'} differently before its "
+                         "runs; write to a new --result file rather than change them")
+    for name, c in comparisons.items():
+        if name not in entry["comparisons"]:
+            entry["comparisons"][name] = c
+            if entry["when"] != now:
+                entry.setdefault("added", {})[name] = now
+    result["registered"] = entry
+    return entry
+
+
+def _lookup(result: dict, path: str, seed: str):
+    node = result
+    for key in path.format(seed=seed).split("/"):
+        node = node[key]
+    return node
+
+
+def decide(result: dict) -> dict:
+    """Every registered comparison judged by the one rule (minwiola.verdict.judge) on the registered seeds; a
+    comparison whose runs are not all in yet is left out."""
+    out = {}
+    for name, c in (result.get("registered") or {}).get("comparisons", {}).items():
+        seeds = c["seeds"] if isinstance(c["seeds"], dict) else {"arm": c["seeds"], "reference": c["seeds"]}
+        side = lambda key: (c[key] if isinstance(c[key], (int, float))
+                            else {s: _lookup(result, c[key], s) for s in seeds[key]})
+        try:
+            arm, reference = side("arm"), side("reference")
+        except (KeyError, TypeError):
+            continue
+        out[name] = verdict.judge(arm, reference, paired=c["paired"])
+    return out
 
 
 def save_or_return(fig, path: Path | None, dpi: int = 110):

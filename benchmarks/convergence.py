@@ -75,10 +75,11 @@ measure, and that clock counts all of it. `--retime` measures the step times aga
 weights (an arm without a sweep: its seed 0's), so that ATM merges as much as in training (an initialised Wiola
 merges about 1% at the reference's tau).
 
-**Verdict.** The benchmarks' rule (common.compare) on held-out bits per byte, one number per seed (the best
-evaluation): "lower"/"higher" when the difference of the means exceeds twice the larger seed spread (max - min) of
-the two arms, else "within noise". Beside it, not instead of it: the same rule on the last evaluation, and the
-difference seed by seed (seed s gives every arm the same batches in the same order). Per arm and seed also: what
+**Verdict.** The course's one rule (minwiola.verdict: a paired t-test at 5%; seed s gives every arm the same
+batches in the same order, so seeds pair) on held-out bits per byte, one number per seed (the best evaluation), on
+every --seeds (the rates were chosen on --sweep-seed, never reported); the comparisons and seeds are registered in
+the result file before the first run (common.register). Beside it, not instead of it: the same rule on the last
+evaluation, and the difference seed by seed. Per arm and seed also: what
 the Wiola parts learned (experiments.learned, from the best weights: GCLA's beta per layer, DSFF's gate alpha per
 dimension on held-out text, WiolaRMSNorm's offsets delta against the input they shift) and ATM's mu at every
 evaluation.
@@ -116,9 +117,9 @@ from pathlib import Path
 import torch
 
 from analysis import convergence_plot as plot
-from common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, nice_group,
+from common import (ROOT, check_configs, commit, decide, hardware, model_shape, natural_int, nice_group,
                     positive_float, positive_int, proportion, result_options, seed_int, step_times, target_merge_ratio,
-                    train_or_reuse, user_errors, write_result)
+                    register, train_or_reuse, user_errors, write_result)
 from experiments import BASE, FIVE, PARTS, calibrate_tau, closest_d_ff, flatness, learned, log, summary, uncommitted
 
 from minwiola import data
@@ -126,6 +127,7 @@ from minwiola.budget import count_params
 from minwiola.model import preset
 from minwiola.tokenizer import default_tokenizer
 from minwiola.train import TrainConfig, read_metrics
+from minwiola.verdict import judge
 
 REFERENCE = "llama-style+width"
 # name: the ablation's parts, other overrides, where the rate comes from, and (the control) whose parameters to hold
@@ -141,6 +143,15 @@ ARMS = {
 STAGES = [[REFERENCE, "wiola"], ["llama-style+gcla"], ["wiola-srpe-offset"], ["llama-style"]]
 COMPARE = [("wiola", REFERENCE), ("llama-style+gcla", REFERENCE), ("wiola-srpe-offset", "wiola"),
            ("wiola-srpe-offset", REFERENCE), (REFERENCE, "llama-style"), ("wiola", "llama-style")]
+
+
+def registration(seeds: list[int]) -> dict:
+    """The comparisons, written down before the first run: COMPARE's pairs, paired, on every seed."""
+    path = "arms/{arm}/seeds/{{seed}}/bits_per_byte"
+    return {f"{a} vs {b}": {"arm": path.format(arm=a), "reference": path.format(arm=b),
+                            "seeds": [str(s) for s in seeds], "paired": True} for a, b in COMPARE}
+
+
 SETTINGS = ("steps", "batch_size", "block_size", "eval_every", "eval_max_windows", "dropout", "rates", "extend",
             "sweep_seed", "sweep_steps", "target_mu", "calibration_batches", "shape")
 
@@ -235,12 +246,13 @@ def summarise(result: dict, args) -> None:
             values = [s[key] for s in seeds]
             arm[f"mean_{key}"], arm[f"spread_{key}"] = statistics.mean(values), max(values) - min(values)
         arm["mean_flops_per_token"] = statistics.mean(s["flops_per_token"] for s in seeds)
-    result["comparison"] = {}
+    result["verdicts"], result["comparison"] = decide(result), {}
     for a, b in COMPARE:
         A, B = result["arms"].get(a, {}), result["arms"].get(b, {})
-        if A.get("seeds") and B.get("seeds"):
+        if f"{a} vs {b}" in result["verdicts"]:
             pick = lambda arm, key: [s[key] for s in arm["seeds"].values()]
-            v = compare(pick(A, "bits_per_byte"), pick(B, "bits_per_byte"))
+            per_seed = lambda arm, key: {k: s[key] for k, s in arm["seeds"].items()}
+            v = dict(result["verdicts"][f"{a} vs {b}"])
             v["difference_nats_per_token"] = statistics.mean(pick(A, "nats_per_token")) - statistics.mean(
                 pick(B, "nats_per_token"))
             v["seeds"] = [len(A["seeds"]), len(B["seeds"])]
@@ -248,9 +260,9 @@ def summarise(result: dict, args) -> None:
             v["flops_ratio"] = A["mean_flops_per_token"] / B["mean_flops_per_token"]
             v["step_time_ratio"] = (A["seconds_per_step"] / B["seconds_per_step"]
                                     if A["seconds_per_step"] and B["seconds_per_step"] else None)
-            # two secondary views, not the rule: the last evaluation instead of the best, and each seed against
-            # the same seed (the same batches in the same order: train.py draws them from the seed)
-            v["final"] = compare(pick(A, "final_bits_per_byte"), pick(B, "final_bits_per_byte"))
+            # two secondary views beside the registered verdict: the last evaluation instead of the best, and each
+            # seed's own difference
+            v["final"] = judge(per_seed(A, "final_bits_per_byte"), per_seed(B, "final_bits_per_byte"), paired=True)
             v["paired"] = {k: A["seeds"][k]["bits_per_byte"] - B["seeds"][k]["bits_per_byte"]
                            for k in sorted(set(A["seeds"]) & set(B["seeds"]), key=int)}
             result["comparison"][f"{a} vs {b}"] = v
@@ -438,9 +450,6 @@ def main(argv: list[str] | None = None) -> int:
                            "(never reported); the lowest best held-out bits/byte wins; a best rate at the grid's "
                            f"edge adds the next half decade (at most {args.extend}); llama-style takes "
                            f"{REFERENCE}'s rate",
-              "rule": "per pair: the difference of mean best held-out bits/byte over seeds (arm minus reference) is "
-                      "'lower'/'higher' when it exceeds twice the larger seed spread (max - min) of the two arms, "
-                      "else 'within noise' (common.compare)",
               "seconds_rule": "the seconds axis is each arm's step time measured with all arms in turns in one "
                               "process (timing), times the steps: honest as ratios. train_seconds and "
                               "valid_wall_seconds are the trainer's clock on a SHARED machine at niceness 19 that "
@@ -448,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
               "flatness_rule": "per run: the fall of the held-out loss from the last evaluation at or before 90% "
                                "(50%) of the steps to the end, nats/token; the schedule decays the rate to 0",
               "arms": old.get("arms", {}) if same else {}}
+    result["registered"] = old.get("registered") if same else None   # the first launch registered; others keep it
+    register(result, registration(result["seeds"]))
     if same and old.get("timing"):
         result["timing"] = old["timing"]
     if same and old.get("atm_calibration"):

@@ -32,10 +32,10 @@ token stand at the target's positions), the fraction of hidden tokens it puts ri
 decoded example (--example: a window index; only the model's output is stored, never the story's text: `held_out`
 rebuilds the window from the data at run time).
 
-The rule for "better" (`common.compare`, the benchmarks' one rule): the difference of the mean held-out target loss
-over seeds, encdec minus decoder, is "lower"/"higher" when its size exceeds twice the larger seed spread (max - min)
-of the two arms, else "within noise". With a single seed there is no spread: "one seed", indicative only. Both arms
-share one peak rate, not tuned per arm, and one number of steps: a layout that wants longer is at a disadvantage.
+The verdict: the course's one rule (minwiola.verdict: a paired t-test at 5%; a seed gives both arms the same batches
+and the same corruption) on the held-out target loss, encdec against decoder, on every seed (no seed chose the
+rate), registered in the result file before the first run (common.register). Both arms share one peak rate, not
+tuned per arm, and one number of steps: a layout that wants longer is at a disadvantage.
 
 (c) `--task sort` (a synthetic task, run on its own, stored under the result's "sort" key; the span-corruption
     entries are left as they are): the source is 8 random digits, the target the same digits in ascending order.
@@ -63,8 +63,8 @@ import torch
 
 from analysis import (DIGITS, SPAN, build, decode, optimiser_step, report_sort, sort_configs, sort_evaluate, sort_train,
                       target_loss)
-from common import (ROOT, check_configs, commit, compare, hardware, model_shape, natural_int, positive_float,
-                    positive_int, result_options, save_or_return, seed_int, user_errors)
+from common import (ROOT, check_configs, commit, decide, hardware, model_shape, natural_int, positive_float,
+                    positive_int, register, result_options, save_or_return, seed_int, user_errors)
 
 from minwiola import data
 from minwiola.budget import count_params, encdec_breakdown, encdec_params, layout_costs
@@ -181,9 +181,16 @@ def evaluate(name: str, model, tokenizer, args) -> dict:
             "example": {"window": example, "model_target_ids": predicted[example].tolist(), "spans": spans}}
 
 
+def registration(seeds: list[int]) -> dict:
+    """The comparison, written down before the first run: encdec against decoder, paired, on every seed."""
+    path = "arms/{arm}/seeds/{{seed}}/nats_per_target_token"
+    return {"encdec vs decoder": {"arm": path.format(arm="encdec"), "reference": path.format(arm="decoder"),
+                                  "seeds": [str(s) for s in seeds], "paired": True}}
+
+
 def summarise(result: dict) -> None:
-    """Per arm the mean and spread over seeds of the held-out target loss and restore rate; the stated rule
-    (`common.compare`, encdec minus decoder on nats per target token) once both arms have a seed; "partial" until
+    """Per arm the mean and spread over seeds of the held-out target loss and restore rate; the registered
+    verdict (encdec against decoder on nats per target token) once both arms have every counted seed; "partial" until
     every arm has every seed."""
     for arm in result["arms"].values():
         loss = [s["nats_per_target_token"] for s in arm["seeds"].values()]
@@ -192,10 +199,7 @@ def summarise(result: dict) -> None:
         arm["mean_spans_restored"] = sum(s["spans_restored"] for s in arm["seeds"].values()) / len(loss)
         arm["mean_nats_per_target_token_other_source"] = sum(s["nats_per_target_token_other_source"]
                                                              for s in arm["seeds"].values()) / len(loss)
-    if set(ARMS) <= set(result["arms"]):
-        result["comparison"] = {"encdec vs decoder": compare(
-            [s["nats_per_target_token"] for s in result["arms"]["encdec"]["seeds"].values()],
-            [s["nats_per_target_token"] for s in result["arms"]["decoder"]["seeds"].values()])}
+    result["verdicts"] = decide(result)
     result["partial"] = any(set(map(str, result["seeds"])) - set(result["arms"].get(name, {}).get("seeds", {}))
                             for name in ARMS)
 
@@ -338,16 +342,16 @@ def main(argv: list[str] | None = None) -> int:
                        "noise_tokens_and_spans": list(span_lengths(args.window)), "sentinels": SENTINELS,
                        "first_sentinel": tokenizer.vocab_size, "start_id": tokenizer.eot_id},
               **{k: getattr(args, k) for k in kept},
-              "rule": "encdec vs decoder: difference of the mean held-out nats per target token over seeds; 'lower'/"
-                      "'higher' when its size exceeds twice the larger seed spread (max - min) of the two arms, else "
-                      "'within noise' (common.compare); 'one seed' with a single seed: indicative only",
               "arms": {}}
     result_path = Path(args.result)
     old = json.loads(result_path.read_text()) if result_path.exists() else {}
     if {k: old.get(k) for k in kept} == {k: result[k] for k in kept}:
         result["arms"] = old.get("arms", {})                      # keep what another invocation measured
+        result["registered"] = old.get("registered")
         if args.evaluate_only and "command" in old:               # the runs are the ones that command trained
             result["evaluated_by"], result["command"] = result["command"], old["command"]
+    register(result, registration(args.seeds))
+    result_path.write_text(json.dumps(result, indent=1) + "\n")       # registered before the first run
     if args.evaluate_only:
         for name in args.arms:
             result["arms"].pop(name, None)

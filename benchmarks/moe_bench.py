@@ -22,11 +22,10 @@ evaluation of the whole held-out split), training tokens/s, and for an MoE the l
 top-k assignments each expert takes, per layer) over training (from the run's metrics) and on held-out text at the
 end, with the fraction dropped.
 
-The rule, per arm against `dense` (and `moe` against `dense-total`, `dsff`; `moe-no-aux` against `moe`): the
-difference of the mean bits/byte over seeds is a finding ("lower"/"higher") when its size exceeds twice the larger of
-the two arms' seed spreads (max - min), else "within noise" (`common.compare`). The verdict is "one seed" only when
-neither arm has two seeds; with one seed in one arm, the bound is twice the other arm's spread alone: `moe-no-aux`
-(seed 0 only) against `moe` is judged by `moe`'s seed spread.
+Every arm against `dense` (and `moe` against `dense-total`, `dsff`; `moe-no-aux` against `moe`) is judged by the
+course's one rule (minwiola.verdict: a paired t-test at 5% on held-out bits/byte; a seed gives every arm the same
+batches, and no seed chose the rate), on the seeds both arms train (`moe-no-aux` against `moe`: --seeds-no-aux),
+registered in the result file before the first run (common.register).
 
 "Look inside": for the trained `moe` seed 0 (best weights), every held-out token's top-1 expert in each layer; per
 layer and expert, the share of tokens it takes and its most frequent tokens; and per layer the "purity", the
@@ -48,8 +47,8 @@ import numpy as np
 import torch
 
 from analysis import MOE_ARMS as ARMS, held_out, moe_arm_config as arm_config, routing
-from common import (ROOT, best_eval, check_configs, commit, compare, hardware, model_shape, positive_float,
-                    positive_int, save_or_return, seed_int, train_or_reuse, user_errors)
+from common import (ROOT, best_eval, check_configs, commit, decide, hardware, model_shape, positive_float,
+                    positive_int, register, save_or_return, seed_int, train_or_reuse, user_errors)
 
 from minwiola import data
 from minwiola.budget import active_params, count_params
@@ -118,20 +117,23 @@ def train(name: str, seed: int, args) -> Path:
     return train_or_reuse(cfg, Path(args.runs) / f"{name}-s{seed}")
 
 
+def registration(seeds: list[int], seeds_no_aux: list[int]) -> dict:
+    """The comparisons, written down before the first run: COMPARE's pairs, paired, on the seeds both arms train."""
+    path = "arms/{arm}/seeds/{{seed}}/bits_per_byte"
+    both = lambda a, b: sorted(set(seeds_no_aux if "moe-no-aux" in (a, b) else seeds))
+    return {f"{a} vs {b}": {"arm": path.format(arm=a), "reference": path.format(arm=b),
+                            "seeds": [str(s) for s in both(a, b)], "paired": True} for a, b in COMPARE}
+
+
 def summarise(result: dict) -> None:
-    """Means, spreads and the rule's verdicts from the seeds present; "partial" unless every arm has every seed."""
+    """Means, spreads and the registered verdicts from the seeds present; "partial" unless every arm has every seed."""
     for arm in result["arms"].values():
         bpb = [s["bits_per_byte"] for s in arm["seeds"].values()]
         arm["mean_bits_per_byte"] = statistics.mean(bpb)
         arm["spread_bits_per_byte"] = max(bpb) - min(bpb)
         arm["mean_nats_per_token"] = statistics.mean(s["nats_per_token"] for s in arm["seeds"].values())
         arm["mean_tokens_per_s"] = statistics.mean(s["tokens_per_s"] for s in arm["seeds"].values())
-    result["comparison"] = {}
-    for a, b in COMPARE:
-        if a in result["arms"] and b in result["arms"]:
-            result["comparison"][f"{a} vs {b}"] = compare(
-                [s["bits_per_byte"] for s in result["arms"][a]["seeds"].values()],
-                [s["bits_per_byte"] for s in result["arms"][b]["seeds"].values()])
+    result["verdicts"] = decide(result)
     wanted = {name: [str(s) for s in result["seeds"]] for name in ARMS if name != "moe-no-aux"}
     wanted["moe-no-aux"] = [str(s) for s in result["seeds_no_aux"]]
     result["partial"] = any(set(seeds) - set(result["arms"].get(name, {}).get("seeds", {}))
@@ -202,13 +204,14 @@ def main(argv: list[str] | None = None) -> int:
               "batch_size": args.batch_size, "block_size": args.block_size, "lr": args.lr,
               "lr_note": "one rate for every arm (llama-style's best in benchmarks/ablation.py), not tuned per arm",
               "seeds": args.seeds, "seeds_no_aux": args.seeds_no_aux, "shape": args.shape,
-              "rule": "per pair: difference of mean held-out bits/byte; 'lower'/'higher' when |difference| > 2 x the "
-                      "larger seed spread (max - min) of the two arms, else 'within noise'",
               "arms": {}}
     if {k: old.get(k) for k in ("steps", "block_size", "lr", "shape")} == \
             {k: result[k] for k in ("steps", "block_size", "lr", "shape")}:
         result["arms"] = old.get("arms", {})                          # keep what another invocation measured
         result["inside"] = old.get("inside")
+        result["registered"] = old.get("registered")
+    register(result, registration(args.seeds, args.seeds_no_aux))
+    result_path.write_text(json.dumps(result, indent=1) + "\n")          # registered before the first run
     if result.get("inside") is None:
         result.pop("inside", None)
     order = [(name, seed) for seed in sorted(set(args.seeds) | set(args.seeds_no_aux)) for name in args.arms

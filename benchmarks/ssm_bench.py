@@ -26,12 +26,13 @@ with d_ff = 159 (463,168: the closest a SwiGLU width gets). Context and windows 
 --batch-size (16) windows, dropout 0, `minwiola.train.Trainer` (held-out nats/token, perplexity and bits per byte of
 the whole held-out split every --eval-every steps; the best evaluation counts). Each arm's peak rate is swept over
 --rates on seed 0; then --seeds run at the arm's best rate (the sweep's seed-0 run is reused). An arm without a sweep
-(`selective`) takes the rate its `rate_from` arm found best. The rule for "better": two arms' mean held-out bits per
-byte differ by more than twice the larger of their seed spreads (max - min over seeds), else "within noise".
-Seed 0 chose its arm's rate (the best of the sweep's seed-0 runs is that arm's seed 0), so its number is the best of
-several tries: the report's means and verdicts count only each arm's *fresh* seeds, those whose run did not choose
-its rate, and show seed 0 apart (an arm whose rate came from another arm's sweep keeps every seed). The means and the
-verdicts over all seeds stay in the file too (`mean_*`, `comparison`; the fresh ones: `fresh`, `comparison_fresh`).
+(`selective`) takes the rate its `rate_from` arm found best. Seed 0 chose its arm's rate (the best of the sweep's
+seed-0 runs is that arm's seed 0), so its number is the best of several tries: the report's means count only each
+arm's *fresh* seeds, those whose run did not choose its rate, and show seed 0 apart (an arm whose rate came from
+another arm's sweep keeps every seed); the means over all seeds stay in the file too (`mean_*`; fresh: `fresh`).
+Every arm is judged against llama-style by the course's one rule (minwiola.verdict: a t-test at 5%, paired when both
+count the same seeds, since a seed fixes the data order) on held-out bits per byte over the fresh seeds, registered
+in the result file before the arm's first run (common.register).
 
 **Recall probe** (every seed's run, as it is gathered): each held-out story, preceded by <|endoftext|> as in
 training, cut to its first --block-size tokens. The probe's positions are those whose next token starts a
@@ -64,8 +65,9 @@ import torch
 
 from analysis import (MIXERS, SSM_ARMS as ARMS, SSM_REFERENCE as REFERENCE, probe, probe_windows,
                       ssm_arm_config as arm_config, ssm_fresh_seeds as fresh_seeds, ssm_plot as plot)
-from common import (ROOT, best_eval, best_of, check_configs, commit, compare, hardware, model_shape, positive_float,
-                    positive_int, result_options, seed_int, step_times, train_or_reuse, user_errors, write_result)
+from common import (ROOT, best_eval, best_of, check_configs, commit, decide, hardware, model_shape, positive_float,
+                    positive_int, register, result_options, seed_int, step_times, train_or_reuse, user_errors,
+                    write_result)
 
 from minwiola import data
 from minwiola.budget import count_params, kv_cache_bytes, state_bytes
@@ -77,7 +79,7 @@ from minwiola.train import TrainConfig
 DECODERS = {"llama-style": "KV cache", "ssm-llama-style": "SSM state"}
 FRESH_RULE = ("an arm's fresh seeds are those whose run did not choose its rate: an arm with a sweep took the best "
               "of its seed-0 runs, which is its seed 0, so seed 0 is set apart; an arm whose rate came from another "
-              "arm's sweep keeps every seed. 'fresh' and 'comparison_fresh' apply the same rule to fresh seeds only")
+              "arm's sweep keeps every seed; 'fresh' holds the means over the fresh seeds, and the verdicts count only them")
 NOT_ASSERTED = ("no timing is asserted: a shared CPU (see load_average); the ratios between mixers and their growth "
                 "with T are the finding, not the seconds")
 
@@ -218,21 +220,19 @@ def summarise(arm: dict) -> None:
     arm["fresh"] = {"seeds": fresh, **(seed_summary([arm["seeds"][s] for s in fresh]) if fresh else {})}
 
 
-def verdicts(result: dict, fresh: bool = False) -> dict:
-    """The rule, every arm against REFERENCE, on all their seeds or (fresh) only on the seeds that did not choose
-    their rate."""
-    arms = result["arms"]
-    pick = (lambda arm: fresh_seeds(arm)) if fresh else (lambda arm: list(arm["seeds"]))
+def registration(names: list[str], seeds: list[int], reference_seeds: list[int] | None = None) -> dict:
+    """The comparisons, written down before the runs: each arm in `names` (trained on `seeds`) against REFERENCE
+    (trained on `reference_seeds`, the same by default) on the seeds that will not choose a rate (an arm with a
+    sweep gives up its first seed), paired when both sides count the same seeds."""
+    planned = lambda name: reference_seeds or seeds if name == REFERENCE else seeds
+    fresh = lambda name: [str(s) for s in (planned(name)[1:] if ARMS[name]["rate_from"] == "sweep" else planned(name))]
+    path = "arms/{arm}/seeds/{{seed}}/bits_per_byte"
     out = {}
-    if REFERENCE not in arms or not pick(arms[REFERENCE]):
-        return out
-    reference = [arms[REFERENCE]["seeds"][s]["bits_per_byte"] for s in pick(arms[REFERENCE])]
-    for name, arm in arms.items():
-        if name != REFERENCE and pick(arm):
-            other = [arm["seeds"][s]["bits_per_byte"] for s in pick(arm)]
-            out[name] = {"against": REFERENCE, "seeds": len(other), **compare(other, reference)}
-            if fresh:
-                out[name]["seeds_counted"] = {name: pick(arm), REFERENCE: pick(arms[REFERENCE])}
+    for name in names:
+        if name != REFERENCE:
+            a, r = fresh(name), fresh(REFERENCE)
+            out[f"{name} vs {REFERENCE}"] = {"arm": path.format(arm=name), "reference": path.format(arm=REFERENCE),
+                                             "seeds": a if a == r else {"arm": a, "reference": r}, "paired": a == r}
     return out
 
 
@@ -242,8 +242,7 @@ def resummarise(result: dict) -> None:
         arm["best_lr"] = best_rate(arm["sweep"]) if arm["sweep"] else arm.get("best_lr")
         summarise(arm)
     result["fresh_rule"] = FRESH_RULE
-    result["comparison"] = verdicts(result)
-    result["comparison_fresh"] = verdicts(result, fresh=True)
+    result["verdicts"] = decide(result)
 
 
 def write(result: dict, path: Path) -> None:
@@ -259,6 +258,9 @@ def write(result: dict, path: Path) -> None:
                 for key in ("sweep", "seeds", "long"):
                     if key in arm or key in mine:
                         mine[key] = {**arm.get(key, {}), **mine.get(key, {})}
+            mine, result["registered"] = result.get("registered"), disk.get("registered")
+            if mine:                                  # this launch's registrations join those already on disk
+                register(result, mine["comparisons"])
             result.setdefault("costs", disk.get("costs"))
             if result["costs"] is None:
                 result.pop("costs")
@@ -270,11 +272,12 @@ def report(result: dict) -> str:
     """docs/results.md's tables, from a result file: the training comparison with the probe (means and verdicts over the
     fresh seeds, seed 0 apart where it chose the rate), the longer runs, and the costs."""
     rows = ["| arm | parameters | peak rate | rate chosen by | fresh seeds | bits/byte (mean) | spread (max - min) "
-            "| nats/token | tokens/s | difference | 2 x larger spread | verdict | probe loss: names | all tokens "
+            "| nats/token | tokens/s | difference | bound (t-test 5%) | verdict | probe loss: names | all tokens "
             "| probe top-1: names | seed 0 (chose the rate): bits/byte |", "|---" * 16 + "|"]
     for name, arm in result["arms"].items():
-        c, fresh = result["comparison_fresh"].get(name), arm["fresh"]
-        versus = (f"{c['difference']:+.4f} | {c['bound']:.4f} | {c['verdict']}" if c else "| | reference")
+        c, fresh = result.get("verdicts", {}).get(f"{name} vs {REFERENCE}"), arm["fresh"]
+        versus = (f"{c['difference']:+.4f} | {c['bound'] or float('nan'):.4f} | {c['verdict']}" if c
+                  else "| | reference")
         chosen = arm["rate_from"] != "sweep"
         rows.append(f"| `{name}` | {arm['params']:,} | {arm['best_lr']:g} | "
                     f"{'`' + arm['rate_from'] + '`' + chr(39) + 's sweep' if chosen else 'its sweep, seed 0'} | "
@@ -357,9 +360,6 @@ def main(argv: list[str] | None = None) -> int:
               "torch": torch.__version__, "data": data.describe_source(), "steps": args.steps,
               "batch_size": args.batch_size, "block_size": args.block_size, "rates": args.rates, "seeds": args.seeds,
               "shape": args.shape,
-              "rule": "an arm is better (worse) than llama-style when its mean held-out bits per byte is lower "
-                      "(higher) by more than twice the larger seed spread (max - min over seeds) of the two arms; "
-                      "else 'within noise'",
               "probe_rule": f"held-out stories, each [<|endoftext|>] + its first {args.block_size} tokens; positions "
                             "whose next token starts a capitalised word that is not 'I', not a sentence's first word "
                             "(preceded by a letter, digit, comma or other mid-sentence mark, no line break) and "
@@ -403,7 +403,10 @@ def longer(result: dict, args, windows: dict, path: Path) -> None:
 
 
 def comparison(result: dict, args, windows: dict, path: Path) -> None:
-    """The sweep and the seeds of every arm asked for (trained, resumed or reused), gathered and probed."""
+    """The sweep and the seeds of every arm asked for (trained, resumed or reused), gathered and probed; their
+    comparisons registered first."""
+    register(result, registration(args.arms, args.seeds))
+    write(result, path)
     for name in args.arms:
         base, overrides = arm_config(name, args.block_size, args.shape)
         arm = result["arms"].setdefault(name, {"preset": base, "overrides": overrides, "rate_from": ARMS[name]["rate_from"],
