@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import best_eval, decide, save_or_return      # best_eval, decide: lessons 12-16 read them
+from common import best_eval, decide, registered_numbers, save_or_return   # lessons 12-16 read the last three
 from experiments import closest_d_ff
 
 from minwiola import data
@@ -91,7 +91,7 @@ def operations_profile(decode, n: int) -> dict[str, float]:
             "ms_outside_operations": round((1e3 * wall - inside) / n, 4)}
 
 
-# ----------------------------------- lesson 11: the convergence study (convergence.py, convergence_cs336.py)
+# --------------------------- lessons 11 and 16: the convergence study (convergence.py, convergence_cs336.py)
 
 def convergence_plot(result: dict, path: Path | None = None):
     """(a-c) held-out loss of every seed against tokens, model FLOPs and seconds (the step times measured in turns);
@@ -170,12 +170,18 @@ def cs336_report(result: dict) -> str:
             rows.append(f"| `{name}` | {arm['params']:,} | {float(lr):g} | {r['seeds']} | {r['mean_bits_per_byte']:.4f}"
                         f" | {r['spread_bits_per_byte']:.4f} | {r['mean_nats_per_token']:.4f} | "
                         f"{r['mean_best_step']:.0f} | {'yes' if lr == arm.get('best_lr') else ''} |")
-    rows += ["", "| wiola-cs336 vs llama-cs336 | rates | seeds | difference (bits/byte) | 2 x larger spread | verdict "
-                 "| seed by seed |", "|---" * 7 + "|"]
-    for label, v in result["comparison"].items():
-        paired = ", ".join(f"{d:+.4f}" for d in v["paired"].values())
-        rows.append(f"| {label} | {v['rates'][0]:g} vs {v['rates'][1]:g} | {v['seeds'][0]} vs {v['seeds'][1]} | "
-                    f"{v['difference']:+.4f} | {v['bound']:.4f} | {v['verdict']} | {paired} |")
+    rows += ["", "| wiola-cs336 vs llama-cs336 | seeds | difference (bits/byte) | bound | verdict | seed by seed |",
+             "|---" * 6 + "|"]
+    for label, v in result.get("verdicts", {}).items():          # registered per rate: minwiola.verdict.judge
+        arm, reference = registered_numbers(result, label)
+        paired = ", ".join(f"{arm[s] - reference[s]:+.4f}" for s in v["seeds"]["arm"])
+        bound = f"{v['bound']:.4f}" if v["bound"] is not None else "none (one seed)"
+        rows.append(f"| {label} | {v['shape']}, {', '.join(v['seeds']['arm'])} | {v['difference']:+.4f} | {bound} | "
+                    f"{v['verdict']} | {paired} |")
+    if result.get("at_chosen_rates"):
+        c = result["at_chosen_rates"]
+        rows += ["", f"Each arm at its chosen rate ({c['rates'][0]:g} against {c['rates'][1]:g}): {c['difference']:+.4f}"
+                     " bits/byte, shown but not judged: the reported seeds chose those rates."]
     if result.get("timing"):
         t, m = result["timing"]["seconds_per_step"], result["timing"]["median_seconds_per_step"]
         rows += ["", f"Step time, both arms in turns alone on the device ({result['device']}, "
@@ -227,6 +233,25 @@ def cs336_plot(result: dict, path: Path | None = None):
                  + (" | PARTIAL" if result.get("partial") else ""), fontsize=9)
     fig.tight_layout()
     return save_or_return(fig, path)
+
+
+# ------------------------------------------- lesson 16: every comparison the course makes, judged by one rule
+
+def verdict_rows(result: dict) -> list[dict]:
+    """One row per comparison a result file registered: what each seed's number is (the last part of the
+    registered path, e.g. bits_per_byte), the shape and the seeds the rule counted, the difference, the bound and the
+    verdict, all as decide(result) recomputes them now from the registered numbers (the lesson asserts that they
+    equal the committed verdicts)."""
+    rows = []
+    for name, v in decide(result).items():
+        c = result["registered"]["comparisons"][name]
+        arm, reference = registered_numbers(result, name)
+        seeds = (", ".join(v["seeds"]["arm"]) if v["shape"] != "unpaired" or v["seeds"]["arm"] == v["seeds"]["reference"]
+                 else f"{', '.join(v['seeds']['arm'])} / {', '.join(v['seeds']['reference'])}")
+        rows.append({"comparison": name, "measure": c["arm"].split("/")[-1], "shape": v["shape"], "seeds": seeds,
+                     "difference": v["difference"], "bound": v["bound"], "verdict": v["verdict"],
+                     "reference": reference if isinstance(reference, (int, float)) else None})
+    return rows
 
 
 # ---------------------------------------------------- lesson 12: past the training length (extrapolation.py)

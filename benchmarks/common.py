@@ -169,16 +169,24 @@ def _lookup(result: dict, path: str, seed: str):
     return node
 
 
+def registered_numbers(result: dict, name: str) -> tuple:
+    """The two sides of registered comparison `name`, as the rule reads them: (arm, reference), each a {seed:
+    number} over the registered seeds (the reference may be one number, a threshold). KeyError or TypeError while
+    its runs are not all in."""
+    c = result["registered"]["comparisons"][name]
+    seeds = c["seeds"] if isinstance(c["seeds"], dict) else {"arm": c["seeds"], "reference": c["seeds"]}
+    side = lambda key: (c[key] if isinstance(c[key], (int, float))
+                        else {s: _lookup(result, c[key], s) for s in seeds[key]})
+    return side("arm"), side("reference")
+
+
 def decide(result: dict) -> dict:
     """Every registered comparison judged by the one rule (minwiola.verdict.judge) on the registered seeds; a
     comparison whose runs are not all in yet is left out."""
     out = {}
     for name, c in (result.get("registered") or {}).get("comparisons", {}).items():
-        seeds = c["seeds"] if isinstance(c["seeds"], dict) else {"arm": c["seeds"], "reference": c["seeds"]}
-        side = lambda key: (c[key] if isinstance(c[key], (int, float))
-                            else {s: _lookup(result, c[key], s) for s in seeds[key]})
         try:
-            arm, reference = side("arm"), side("reference")
+            arm, reference = registered_numbers(result, name)
         except (KeyError, TypeError):
             continue
         out[name] = verdict.judge(arm, reference, paired=c["paired"])
