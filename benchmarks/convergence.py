@@ -288,7 +288,7 @@ def report(result: dict) -> str:
         step = f"{a['seconds_per_step']:.3f}" if a.get("seconds_per_step") else ""
         lr = f"{a['best_lr']:g}" if a.get("best_lr") else ""
         rows.append(f"| `{name}` | {a['params']:,} | {sweep} | {lr} | {len(a['seeds'])} | {stats} | {step} |")
-    rows += ["", "| comparison | seeds | difference (bits/byte) | 2 x larger spread | verdict | at the last "
+    rows += ["", "| comparison | seeds | difference (bits/byte) | bound (t-test 5%) | verdict | at the last "
                  "evaluation | seed by seed | nats/token | parameters | FLOPs | s/step |", "|---" * 11 + "|"]
     for pair, v in result["comparison"].items():
         step = f"{v['step_time_ratio']:.2f}x" if v["step_time_ratio"] else ""
