@@ -101,6 +101,6 @@ def test_moe_table_comes_from_results():
     r = json.loads((root / "results" / "moe_bench.json").read_text())
     assert f"`{r['command']}`" in readme and r["data"].startswith("TinyStories sample")
     assert analysis.moe_report(r) in readme
-    for pair, v in r["comparison"].items():
+    for pair, v in r["verdicts"].items():
         assert f"{pair}: {v['difference']:+.4f} ({v['verdict']})" in readme, pair
     assert ("partial" in readme.split("**Mixture of experts**")[1][:600]) == r["partial"]

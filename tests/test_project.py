@@ -74,22 +74,30 @@ def test_readme_findings_come_from_results():
     """The README's headline numbers are results/convergence.json's and the shipped model's."""
     from minwiola.generate import STORY_MODEL
     conv = json.loads((ROOT / "results" / "convergence.json").read_text())
-    main, arms = conv["comparison"]["wiola vs llama-style+width"], conv["arms"]
+    main, arms = conv["verdicts"]["wiola vs llama-style+width"], conv["arms"]
     shipped = json.loads((STORY_MODEL / "eval.json").read_text())
     found = README.split("## What the course found", 1)[1].split("\n## ", 1)[0]
-    for text in (f"{arms['wiola']['params']:,} parameters", f"widened\n  to {arms['llama-style+width']['params']:,}",
-                 f"{arms['wiola']['mean_bits_per_byte']:.4f} against {arms['llama-style+width']['mean_bits_per_byte']:.4f}",
-                 f"({main['bound']:.4f})", f"{main['step_time_ratio']:.2f}x", f"{shipped['bits_per_byte']:.4f} bits per byte"):
-        assert text in found, f"README's findings do not say {text!r}"
-    assert main["verdict"] == "within noise" and "**no verdict**" in found
-    assert all(d < 0 for d in main["paired"].values()) and "lower on every seed" in found
-    plain = conv["comparison"]["wiola vs llama-style"]
-    assert f"is {-plain['difference_nats_per_token']:.4f}, within noise too" in found and plain["verdict"] == "within noise"
+    text = " ".join(found.split())
+    for claim in (f"{arms['wiola']['params']:,} parameters", f"widened to {arms['llama-style+width']['params']:,}",
+                  f"{arms['wiola']['mean_bits_per_byte']:.4f} against {arms['llama-style+width']['mean_bits_per_byte']:.4f}",
+                  f"**{main['verdict']}** by {-main['difference']:.4f} bits per byte (bound {main['bound']:.4f})",
+                  f"{conv['comparison']['wiola vs llama-style+width']['step_time_ratio']:.2f}x",
+                  f"{shipped['bits_per_byte']:.4f} bits per byte"):
+        assert claim in text, f"README's findings do not say {claim!r}"
+    assert all(d < 0 for d in conv["comparison"]["wiola vs llama-style+width"]["paired"].values())
+    assert "lower on every seed" in found
+    plain, nats = conv["verdicts"]["wiola vs llama-style"], conv["comparison"]["wiola vs llama-style"]
+    assert (f"is {-nats['difference_nats_per_token']:.4f} nats/token ({-plain['difference']:.4f} bits per byte), with "
+            f"**{plain['verdict']}** (bound {plain['bound']:.4f})") in text
     gpu = json.loads((ROOT / "results" / "convergence_cs336.json").read_text())
     w, l = (gpu["arms"][a]["by_rate"][gpu["arms"][a]["best_lr"]] for a in ("wiola-cs336", "llama-cs336"))
-    assert f"{w['mean_bits_per_byte']:.4f} against {l['mean_bits_per_byte']:.4f}" in found
+    assert gpu["arms"]["wiola-cs336"]["best_lr"] == gpu["arms"]["llama-cs336"]["best_lr"] == "0.001"
+    at = gpu["verdicts"]["at rate 0.001"]
+    assert (f"{w['mean_bits_per_byte']:.4f} against {l['mean_bits_per_byte']:.4f} bits per byte at the rate both arms "
+            f"chose (1e-3, inside the grid), **{at['verdict']}** (bound {at['bound']:.4f})") in text
+    words = {r: gpu["verdicts"][f"at rate {r}"]["verdict"] for r in ("0.0003", "0.003", "0.01")}
+    assert words == {"0.0003": "lower", "0.003": "no verdict", "0.01": "higher"}   # what the bullet says of them
     assert f"costs {gpu['step_time_ratio']:.2f}x" in found and found.count("**no verdict**") == 2
-    assert gpu["comparison"]["at each arm's rate"]["verdict"] == "within noise"
 
 
 def test_readme_lists_every_lesson():
@@ -178,12 +186,21 @@ def test_convergence_tables_come_from_results():
 
 
 def test_the_cs336_tables_come_from_results():
-    import convergence_cs336
     result = json.loads((ROOT / "results" / "convergence_cs336.json").read_text())
-    assert convergence_cs336.report(result) in RESULTS                # what `--report` prints, verbatim
     assert result["data"].startswith("TinyStories sample") and result["device"] in RESULTS
-    v = result["comparison"]["at each arm's rate"]
-    assert f"**{v['verdict']}** at this shape too ({v['difference']:+.4f}" in " ".join(RESULTS.split())
+    runs = {a: result["arms"][a]["runs"] for a in ("wiola-cs336", "llama-cs336")}
+    for label, v in result["verdicts"].items():                          # the verdicts table, row by row
+        rate, seeds = label.split()[-1], v["seeds"]["arm"]
+        paired = ", ".join(f"{runs['wiola-cs336'][rate][s]['bits_per_byte'] - runs['llama-cs336'][rate][s]['bits_per_byte']:+.4f}"
+                           for s in seeds)
+        assert (f"| {label} | {v['shape']}, {', '.join(seeds)} | {v['difference']:+.4f} | {v['bound']:.4f} | "
+                f"{v['verdict']} | {paired} |") in RESULTS, label
+    for name, arm in result["arms"].items():                             # the arms table, row by row
+        for lr, r in arm["by_rate"].items():
+            assert (f"| `{name}` | {arm['params']:,} | {float(lr):g} | {r['seeds']} | {r['mean_bits_per_byte']:.4f} | "
+                    f"{r['spread_bits_per_byte']:.4f} |") in RESULTS, (name, lr)
+    v = result["verdicts"]["at rate 0.001"]
+    assert f"have **{v['verdict']}** at this shape ({v['difference']:+.4f}" in " ".join(RESULTS.split())
 
 
 def test_story_model_comes_from_results():
@@ -335,13 +352,15 @@ def test_ssm_tables_come_from_results():
     assert r["command"] in RESULTS and r["costs"]["command"] in RESULTS          # the commands that wrote them
     for line in ssm_bench.report(r).splitlines():       # every row of the three tables
         assert line in RESULTS, line
-    arms, c = r["arms"], r["comparison"]["ssm-llama-style"]
+    arms, v = r["arms"], r["verdicts"]
+    s4d, selective = v["ssm-llama-style vs llama-style"], v["selective vs llama-style"]
     long = {name: next(iter(arm["long"].values())) for name, arm in arms.items() if arm.get("long")}
     recall = long["ssm-llama-style"]["probe"]["recall"]["loss"] - long["llama-style"]["probe"]["recall"]["loss"]
     text = " ".join(RESULTS.split())
-    for claim in (f"S4D is {-c['difference']:.2f} bits per byte lower",
-                  f"scatter by {arms['llama-style']['spread_bits_per_byte']:.2f} (S4D's by "
-                  f"{arms['ssm-llama-style']['spread_bits_per_byte']:.3f})",
+    for claim in (f"S4D is **{s4d['verdict']}**: {-s4d['difference']:.2f} bits per byte below attention, paired by "
+                  f"seed, the bound being {s4d['bound']:.2f}",
+                  f"layer is {-selective['difference']:.2f} below attention but has **{selective['verdict']}**",
+                  f"its bound is {selective['bound']:.2f}",
                   f"{long['ssm-llama-style']['bits_per_byte'] - long['llama-style']['bits_per_byte']:.2f} bits per byte",
                   f"{recall:.2f} nats lower",
                   f"{long['llama-style']['probe']['recall']['top1']:.0%} of the time against the SSM's "
@@ -372,9 +391,9 @@ def test_diffusion_tables_come_from_results():
     assert "(partial)" not in section and "python benchmarks/diffusion_bench.py --evaluate-only" in section
     for line in diffusion_bench.report(r).splitlines():       # every row of the three tables
         assert line in section, line
-    v, arms = r["comparison"]["diffusion vs decoder"], r["arms"]
+    v, arms = r["verdicts"]["diffusion vs decoder"], r["arms"]
     text = " ".join(section.split())
-    for claim in (f"{v['difference']:+.4f} bits per byte", f"twice the larger seed spread, {v['bound']:.4f}",
+    for claim in (f"{v['difference']:+.4f} bits per byte", f"the rule's bound of {v['bound']:.4f}",
                   f"at most {arms['diffusion']['max_stderr_bits_per_byte']:.4f}", v["verdict"]):
         assert claim in text, claim
 
@@ -386,9 +405,10 @@ def test_layouts_tables_come_from_results():
     assert "python benchmarks/layouts_bench.py --report" in section
     for line in layouts_bench.report(r).splitlines():        # every row of both tables
         assert line in section, line
-    v = r["comparison"]["encdec vs decoder"]
+    v = r["verdicts"]["encdec vs decoder"]
     text = " ".join(section.split())
-    for claim in (f"is {v['verdict']}: {v['difference']:+.3f} nats per target token, bound {v['bound']:.3f}",
+    for claim in (f"has **{v['verdict']}** against the decoder: {v['difference']:+.3f} nats per target token, bound "
+                  f"{v['bound']:.3f}",
                   f"seeds {' and '.join(map(str, r['seeds']))}", f"{r['steps']:,} steps of {r['batch_size']} windows"):
         assert claim in text, claim
     restored = {f"{arm['mean_spans_restored']:.1%}" for arm in r["arms"].values()}
