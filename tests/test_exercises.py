@@ -143,7 +143,10 @@ LESSON11_NAMED = [("dsff_widths", 1, "positive integers"), ("dsff_widths", 2, "s
                   ("save_checkpoint", 0, "no 'optimizer'"), ("save_checkpoint", 1, "no 'torch_rng'"),
                   ("save_checkpoint", 2, "no 'data_rng'"), ("save_checkpoint", 3, "'data_rng' (it begins"),
                   ("load_checkpoint", 0, "torch's global random state"), ("load_checkpoint", 1, "AdamW's state"),
-                  ("load_checkpoint", 2, "the data generator's state"), ("load_checkpoint", 3, "return the saved step")]
+                  ("load_checkpoint", 2, "the data generator's state"), ("load_checkpoint", 3, "return the saved step"),
+                  ("load_checkpoint", 4, "you returned None: return the saved step"),
+                  ("train_step", 3, "as a Python float"),
+                  ("tau_for_ratio", 1, "the bisection's upper end")]
 
 
 @pytest.mark.parametrize("name,i,words", LESSON11_NAMED, ids=[f"lesson11-{n}-{i}" for n, i, _ in LESSON11_NAMED])

@@ -90,9 +90,13 @@ def check_5(tau_for_ratio) -> None:
     for target in (0.02, 0.11, 0.3):
         tau = float(tau_for_ratio(rho, target))
         mu = atm.merge_ratio(atm.merge_plan(rho, tau))
-        assert mu >= target, (f"target {target}: at your tau = {tau:.4f} only mu = {mu:.4f} of the tokens merge (mu "
-                              "counts the pairs the merge plan keeps, not the similarities above tau, of which the plan "
-                              "keeps fewer: measure atm.merge_ratio(atm.merge_plan(rho, tau)) at each try)")
+        below = atm.merge_ratio(atm.merge_plan(rho, tau - 1e-3))
+        hint = (f"tau - 0.001 merges mu = {below:.4f}, at least the target: your tau is the bisection's upper end, "
+                "the first tau that merges too little; return the largest tau that still merges enough"
+                if below >= target else
+                "mu counts the pairs the merge plan keeps, not the similarities above tau, of which the plan keeps "
+                "fewer: measure atm.merge_ratio(atm.merge_plan(rho, tau)) at each try")
+        assert mu >= target, f"target {target}: at your tau = {tau:.4f} only mu = {mu:.4f} of the tokens merge ({hint})"
         above = atm.merge_ratio(atm.merge_plan(rho, tau + 1e-3))
         assert above < target, (f"target {target}: tau = {tau:.4f} is too low; tau + 0.001 still merges "
                                 f"mu = {above:.4f}: find the largest such tau")
@@ -141,6 +145,9 @@ def check_6(train_step) -> None:
     first = train_step(models[0], opts[0], *batches[0], lr, clip)
     if not attempted(first, 6):
         return
+    assert isinstance(first, float), (f"your step returned a {type(first).__name__}; return the loss as a Python "
+                                      "float (loss.item()): a tensor keeps the step's graph alive, and the trainer "
+                                      "adds these numbers up")
     want = _reference_step(models[1], opts[1], *batches[0], lr, clip)
     close(first, want, "the loss your step returns for the first batch (mean next-token cross-entropy, nats)", 1e-9)
     assert _same_weights(*models), _diagnose(models[0], 1, lr, clip)
@@ -540,7 +547,7 @@ def check_12(load_checkpoint) -> None:
         before = {k: v.clone() for k, v in model.state_dict().items()}
         step = load_checkpoint(path, model, opt, gen)
         changed = any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
-        if not attempted(step if step is not None or changed else None, 12):
+        if not attempted(True if step is not None or changed else None, 12):   # weights loaded: attempted
             return
         piece = _missing(model, opt, gen, step, truth)
         assert not piece, (f"after loading a checkpoint saved at step 3, the fresh objects lack {_PIECES[piece]}"

@@ -41,6 +41,15 @@ def tau_for_ratio(rho, target):
     return lo
 
 
+def _tau_upper_end(rho, target):
+    """tau_for_ratio returning the bisection's upper end: the first tau that merges too little (exercise 5)."""
+    lo, hi = -1.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if atm.merge_ratio(atm.merge_plan(rho, mid)) >= target else (lo, mid)
+    return hi
+
+
 def train_step(model, optimizer, x, y, lr, clip):
     import torch
     from minwiola.model import next_token_loss
@@ -69,7 +78,7 @@ def _forgets(part):
         optimizer.step()
         if part != "zero":
             optimizer.zero_grad(set_to_none=True)
-        return loss.item()
+        return loss.detach() if part == "item" else loss.item()
     return step
 
 
@@ -179,7 +188,7 @@ def _load_without(piece):
             torch.set_rng_state(saved["torch_rng"])
         if piece != "data_rng":
             generator.set_state(saved["data_rng"])
-        return 0 if piece == "step" else saved["step"]
+        return {"step": 0, "no return": None}.get(piece, saved["step"])
     return load
 
 # Plausible mistakes, for the test that every check catches one (tests/test_exercises.py).
@@ -200,7 +209,7 @@ WRONG = {
 ALSO_WRONG = {"dsff_widths": [lambda d, hidden: ((3 * hidden - 2 * d) / 9, (3 * hidden - 2 * d) / 3),  # reals
                               lambda d, hidden: dsff_widths(d, hidden)[::-1],                       # swapped
                               lambda d, hidden: (hidden // 4, (3 * hidden - d - 3 * (hidden // 4)) // 2)],  # gate d^2
-              "train_step": [_forgets("clip"), _forgets("rate")],
+              "train_step": [_forgets("clip"), _forgets("rate"), _forgets("item")],
               "combine": [lambda grads, rows: sum(grads),                   # summed, not averaged
                           lambda grads, rows: sum(g * n for g, n in zip(grads, rows)),   # weighted, not divided
                           lambda grads, rows: sum(g * n for g, n in zip(grads, rows)).float() / sum(rows)],
@@ -216,4 +225,6 @@ ALSO_WRONG = {"dsff_widths": [lambda d, hidden: ((3 * hidden - 2 * d) / 9, (3 * 
                                                      for g in grads]],                         # always rescales
               "save_checkpoint": [_save_without("torch_rng", "data_rng"), _save_without("data_rng"),
                                   _save_wrong_generator],
-              "load_checkpoint": [_load_without("optimizer"), _load_without("data_rng"), _load_without("step")]}
+              "load_checkpoint": [_load_without("optimizer"), _load_without("data_rng"), _load_without("step"),
+                                  _load_without("no return")],
+              "tau_for_ratio": [_tau_upper_end]}
