@@ -207,7 +207,7 @@ def fill_stories(model: LanguageModel, tokenizer, idx: torch.Tensor, new_tokens:
     return out
 
 
-STORY_MODEL = Path(__file__).parent / "assets" / "story-model"   # chosen in lesson 11 section 8; made.json: how
+STORY_MODEL = Path(__file__).parent / "assets" / "story-model"   # chosen in lesson 11 section 7; made.json: how
 
 
 def words(text: str) -> list[str]:

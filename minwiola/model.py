@@ -353,7 +353,7 @@ PRESETS: dict[str, dict] = {
                         d_ff_a=48, d_ff=144, **WIOLA),
     "wiola-cs336": dict(vocab_size=4096, context=256, d=512, n_layers=4, n_heads=16, n_kv_heads=4, ffn="dsff",
                         d_ff_a=480, d_ff=1440, **WIOLA),
-    # The shipped story model (minwiola/assets/story-model, chosen in lesson 11 section 8): llama-style's shape (full
+    # The shipped story model (minwiola/assets/story-model, chosen in lesson 11 section 7): llama-style's shape (full
     # multi-head attention) with the five parts, DSFF widths 44 / 134 so that it holds as many parameters as
     # llama-style widened to d_ff = 200 (513,156 against 512,576), dropout 0.1, and ATM's threshold calibrated on a
     # run never reported (benchmarks/convergence.py). Its recipe (minwiola/recipes.py): lr 0.03, batches 32 x 256.

@@ -2,12 +2,10 @@
 the library knows, and says what is wrong (which input, what came back, what was expected). A function that
 still returns None is "not attempted yet". Solutions: `solutions/lesson11.py` (look after trying)."""
 import math
-import numbers
 
 import torch
 
 from exercises import attempted, close, same_tensor
-from minwiola import atm
 from minwiola.generate import story_statistics
 from minwiola.train import learning_rate
 
@@ -32,39 +30,10 @@ def check_2(rate_at) -> None:
     print("Exercise 2: correct (the peak is reached at step 100)")
 
 
-def check_3(dsff_widths) -> None:
-    """dsff_widths(d, hidden): (d_A, d_B) with DSFF's parameters equal to a SwiGLU of that hidden width."""
-    if not attempted(dsff_widths(64, 176), 3):
-        return
-    for d, hidden in ((64, 176), (512, 1368), (32, 88), (96, 256)):
-        got = dsff_widths(d, hidden)
-        assert isinstance(got, (tuple, list)) and len(got) == 2, (f"d={d}, hidden={hidden}: expected a pair "
-                                                                  f"(d_A, d_B), got {got!r}")
-        a, b = got
-        assert all(isinstance(w, numbers.Integral) and not isinstance(w, bool) and w > 0 for w in got), (
-            f"d={d}, hidden={hidden}: got {got!r}; d_A and d_B are widths, numbers of hidden units: positive "
-            "integers (a real-valued solution of the equation is not a layer you can build)")
-        budget = 3 * d * hidden
-        used = 3 * d * a + 2 * d * b + 2 * d * d
-        hint = {2 * d * d: "the gate's parameters went to the streams: count W_f (2d -> d, 2d^2 parameters)",
-                d * d: "the gate W_f maps the two streams' 2d outputs to d: it has 2d^2 parameters, not d^2",
-                }.get(used - budget, "3*d*d_A (SwiGLU stream) + 2*d*d_B (GELU stream) + 2*d^2 (gate W_f)")
-        if 3 * d * b + 2 * d * a + 2 * d * d == budget:
-            hint = ("the pair is swapped: d_A is the SwiGLU stream's width (three d x d_A matrices), d_B the GELU "
-                    "stream's (two d x d_B)")
-        assert used == budget, (f"d={d}, hidden={hidden}: ({a}, {b}) gives DSFF 3*d*d_A + 2*d*d_B + 2*d^2 = "
-                                f"{used:,} parameters, SwiGLU has 3*d*hidden = {budget:,}: {hint}")
-        best = min((abs((3 * hidden - 2 * d - 3 * x) // 2 - 3 * x), x) for x in range(1, hidden)
-                   if (3 * hidden - 2 * d - 3 * x) % 2 == 0 and 3 * hidden - 2 * d - 3 * x > 0)
-        assert abs(b - 3 * a) == best[0], (f"d={d}, hidden={hidden}: ({a}, {b}) is exact but d_B - 3 d_A = "
-                                           f"{b - 3 * a}; another exact pair has |d_B - 3 d_A| = {best[0]}")
-    print(f"Exercise 3: correct (the ablation's DSFF: {dsff_widths(64, 176)})")
-
-
-def check_4(distinct) -> None:
+def check_3(distinct) -> None:
     """distinct(words, n): the share of distinct n-grams among a list of words' n-grams."""
     story = "the cat sat on the mat and the cat ran to the mat".split()
-    if not attempted(distinct(story, 1), 4):
+    if not attempted(distinct(story, 1), 3):
         return
     from minwiola.generate import words
     again = "the cat sat on the mat the cat sat on a hat the cat sat".split()    # repeated 2-, 3- and 4-grams
@@ -78,25 +47,7 @@ def check_4(distinct) -> None:
     stats = story_statistics([text], n_words=len(w))
     close(distinct(w, 1), stats["distinct_1"], "distinct-1 against minwiola.generate.story_statistics")
     close(distinct(w, 2), stats["distinct_2"], "distinct-2 against minwiola.generate.story_statistics")
-    print(f"Exercise 4: correct (2-gram repetition of that text: {1 - distinct(w, 2):.3f})")
-
-
-def check_5(tau_for_ratio) -> None:
-    """tau_for_ratio(rho, target): a tau that merges at least `target` while tau + 0.001 merges less."""
-    torch.manual_seed(0)
-    rho = torch.rand(4, 255) * 2 - 1
-    if not attempted(tau_for_ratio(rho, 0.11), 5):
-        return
-    for target in (0.02, 0.11, 0.3):
-        tau = float(tau_for_ratio(rho, target))
-        mu = atm.merge_ratio(atm.merge_plan(rho, tau))
-        assert mu >= target, (f"target {target}: at your tau = {tau:.4f} only mu = {mu:.4f} of the tokens merge (mu "
-                              "counts the pairs the merge plan keeps, not the similarities above tau, of which the plan "
-                              "keeps fewer: measure atm.merge_ratio(atm.merge_plan(rho, tau)) at each try)")
-        above = atm.merge_ratio(atm.merge_plan(rho, tau + 1e-3))
-        assert above < target, (f"target {target}: tau = {tau:.4f} is too low; tau + 0.001 still merges "
-                                f"mu = {above:.4f}: find the largest such tau")
-    print(f"Exercise 5: correct (tau = {float(tau_for_ratio(rho, 0.11)):.3f} for mu = 0.11 on uniform similarities)")
+    print(f"Exercise 3: correct (2-gram repetition of that text: {1 - distinct(w, 2):.3f})")
 
 
 def _step_case():
@@ -134,20 +85,23 @@ def _same_weights(a, b) -> bool:
     return all(torch.allclose(p, q, atol=1e-9, rtol=0) for p, q in zip(a.parameters(), b.parameters()))
 
 
-def check_6(train_step) -> None:
+def check_4(train_step) -> None:
     """train_step(model, optimizer, x, y, lr, clip): one optimizer step as the trainer takes it; returns the loss."""
     models, opts, batches = _step_case()
     lr, clip = 1e-2, 0.05
     first = train_step(models[0], opts[0], *batches[0], lr, clip)
-    if not attempted(first, 6):
+    if not attempted(first, 4):
         return
+    assert isinstance(first, float), (f"your step returned a {type(first).__name__}; return the loss as a Python "
+                                      "float (loss.item()): a tensor keeps the step's graph alive, and the trainer "
+                                      "adds these numbers up")
     want = _reference_step(models[1], opts[1], *batches[0], lr, clip)
     close(first, want, "the loss your step returns for the first batch (mean next-token cross-entropy, nats)", 1e-9)
     assert _same_weights(*models), _diagnose(models[0], 1, lr, clip)
     train_step(models[0], opts[0], *batches[1], lr, clip)
     _reference_step(models[1], opts[1], *batches[1], lr, clip)
     assert _same_weights(*models), _diagnose(models[0], 2, lr, clip)
-    print(f"Exercise 6: correct (two steps agree with the trainer's order; first loss {first:.4f} nats/token)")
+    print(f"Exercise 4: correct (two steps agree with the trainer's order; first loss {first:.4f} nats/token)")
 
 
 def _diagnose(learner, steps: int, lr: float, clip: float) -> str:
@@ -191,11 +145,11 @@ def _combine_hint(got, whole, ranks) -> str:
     return ""
 
 
-def check_7(combine) -> None:
+def check_5(combine) -> None:
     """combine(rank_grads, rank_rows): the gradient of the mean loss over all rows, from each rank's gradient of its
     own shard's mean loss and the shard's number of rows."""
     whole, ranks = _rank_case([4, 4])
-    if not attempted(combine(ranks, [4, 4]), 7):
+    if not attempted(combine(ranks, [4, 4]), 5):
         return
     got = combine(ranks, [4, 4])
     same_tensor(got, whole, "two ranks of 4 rows each", 1e-12, _combine_hint(got, whole, ranks))
@@ -212,7 +166,7 @@ def check_7(combine) -> None:
             isinstance(got, torch.Tensor) and got.shape == plain.shape and torch.allclose(got, plain) else
             _combine_hint(got, whole, ranks) or "weight each rank's gradient by its rows")
     same_tensor(got, whole, "shards of 3 and 5 rows (a batch that does not split evenly)", 1e-12, hint)
-    print("Exercise 7: correct (weights by rows; with equal shards that is DDP's plain average)")
+    print("Exercise 5: correct (weights by rows; with equal shards that is DDP's plain average)")
 
 
 def _one_number(got, what: str) -> float:
@@ -245,13 +199,13 @@ def _ce_hint(got: float, logits, targets) -> str:
     return "loss = mean over rows of (log sum_j exp z_j - z_target), with each row's max subtracted inside the exp"
 
 
-def check_8(cross_entropy) -> None:
+def check_6(cross_entropy) -> None:
     """cross_entropy(logits, targets): the mean over rows of -log softmax(logits)[row, target], computed stably."""
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(5, 7, generator=g, dtype=torch.float64)
     targets = torch.tensor([0, 3, 6, 2, 2])
     first = cross_entropy(logits.clone(), targets.clone())
-    if not attempted(first, 8):
+    if not attempted(first, 6):
         return
     F = torch.nn.functional
     cases = [("5 rows of 7 logits drawn from N(0, 1) (float64)", logits, targets)]
@@ -274,7 +228,7 @@ def check_8(cross_entropy) -> None:
             raise AssertionError(f"{what}: got {got!r}, expected F.cross_entropy's {want:.6g}. {hint}")
         assert abs(got - want) <= 1e-5 * max(1.0, abs(want)), (
             f"{what}: got {got:.8g}, expected F.cross_entropy's {want:.8g}. Likely: {_ce_hint(got, z, y)}")
-    print(f"Exercise 8: correct (stable at logits of 1e4, where exp overflows; first case {first:.4f} nats)")
+    print(f"Exercise 6: correct (stable at logits of 1e4, where exp overflows; first case {first:.4f} nats)")
 
 
 def _adamw_replay(p, grads, lrs, betas, eps, wd, *, bias=True, l2=False, eps_inside=False, offset=0,
@@ -332,7 +286,7 @@ def _adamw_hint(learner, grads, lrs, betas, eps, wd) -> str:
 _ADAM_P0 = torch.linspace(-1.5, 1.5, 12, dtype=torch.float64).reshape(3, 4)
 
 
-def check_9(adamw_step) -> None:
+def check_7(adamw_step) -> None:
     """adamw_step(p, grad, state, lr, betas, eps, weight_decay): one AdamW step for one tensor; returns the new p."""
     betas, eps, wd = (0.9, 0.95), 1e-6, 0.1
     g = torch.Generator().manual_seed(0)
@@ -340,7 +294,7 @@ def check_9(adamw_step) -> None:
     lrs = [0.1, 0.2, 0.05, 0.1, 0.3]                                  # a schedule: the rate changes every step
     state = {}
     p = adamw_step(_ADAM_P0.clone(), grads[0].clone(), state, lrs[0], betas, eps, wd)
-    if not attempted(p, 9):
+    if not attempted(p, 7):
         return
     ref = torch.nn.Parameter(_ADAM_P0.clone())
     opt = torch.optim.AdamW([ref], lr=lrs[0], betas=betas, eps=eps, weight_decay=wd)
@@ -360,7 +314,7 @@ def check_9(adamw_step) -> None:
             elif not torch.allclose(p, ref.detach(), atol=1e-10, rtol=0):
                 hint = "likely: " + _adamw_hint(p, grads[:t], lrs[:t], betas, eps, wd)
         same_tensor(p, ref.detach(), what, 1e-10, hint)
-    print("Exercise 9: correct (5 steps equal torch.optim.AdamW's to 1e-10)")
+    print("Exercise 7: correct (5 steps equal torch.optim.AdamW's to 1e-10)")
 
 
 def _clip_variants(grads, max_norm):
@@ -381,13 +335,13 @@ def _clip_variants(grads, max_norm):
             [g * min(1.0, max_norm / float(total ** 2)) for g in grads]}
 
 
-def check_10(clip_global_norm) -> None:
+def check_8(clip_global_norm) -> None:
     """clip_global_norm(grads, max_norm): the list of gradients scaled so that their global norm is at most
     max_norm, as torch.nn.utils.clip_grad_norm_ does."""
     g = torch.Generator().manual_seed(0)
     shapes = [(4, 5), (5,), (3, 3)]
     first = [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
-    if not attempted(clip_global_norm([x.clone() for x in first], 1.0), 10):
+    if not attempted(clip_global_norm([x.clone() for x in first], 1.0), 8):
         return
     cases = [("3 tensors of global norm about 5, max_norm 1", first, 1.0),
              ("the same tensors, max_norm 100 (the norm is already below)", first, 100.0),
@@ -412,10 +366,10 @@ def check_10(clip_global_norm) -> None:
         for i, (x, prm) in enumerate(zip(got, params)):
             same_tensor(x, prm.grad, f"{what}: gradient {i}, against torch.nn.utils.clip_grad_norm_", 1e-6,
                         f"likely: {hint}" if hint else "")
-    print("Exercise 10: correct (one factor for all the tensors, and none when the norm is already small)")
+    print("Exercise 8: correct (one factor for all the tensors, and none when the norm is already small)")
 
 
-# ------------------------------------------------------------------------------ exercises 11-12: checkpoints
+# ------------------------------------------------------------------------------ exercises 9-10: checkpoints
 _PIECES = {"model": "the weights (model.state_dict())",
            "optimizer": "AdamW's state (optimizer.state_dict(): m, v and the step count of every parameter); "
                         "without it the first resumed step is a first step again, bias correction and all",
@@ -494,7 +448,7 @@ def _continue_and_compare(model, opt, gen, step, what: str, hint: str) -> None:
         f"{'. ' + hint if hint else ''}")
 
 
-def check_11(save_checkpoint) -> None:
+def check_9(save_checkpoint) -> None:
     """save_checkpoint(path, model, optimizer, step, generator): write with torch.save a dict with the keys
     "model", "optimizer", "step", "torch_rng", "data_rng"."""
     import tempfile
@@ -503,7 +457,7 @@ def check_11(save_checkpoint) -> None:
         path = Path(tmp) / "checkpoint.pt"
         model, opt, gen, truth = _started()
         save_checkpoint(path, model, opt, 3, gen)
-        if not attempted(True if path.exists() else None, 11):
+        if not attempted(True if path.exists() else None, 9):
             return
         saved = torch.load(path, weights_only=False)
         assert isinstance(saved, dict), f"your checkpoint file holds a {type(saved).__name__}, expected a dict"
@@ -524,11 +478,11 @@ def check_11(save_checkpoint) -> None:
         assert not piece, (f"saved after step 3, your checkpoint's {piece!r} (it begins {str(saved[piece])[:40]!r}) "
                            f"is not what the run had then; it must hold {_PIECES[piece]}")
         _continue_and_compare(model, opt, gen, saved["step"], "your checkpoint", "")
-    print("Exercise 11: correct (the run continued from your checkpoint equals the uninterrupted one, bit for bit)")
+    print("Exercise 9: correct (the run continued from your checkpoint equals the uninterrupted one, bit for bit)")
 
 
-def check_12(load_checkpoint) -> None:
-    """load_checkpoint(path, model, optimizer, generator): put a checkpoint written as in exercise 11 back into
+def check_10(load_checkpoint) -> None:
+    """load_checkpoint(path, model, optimizer, generator): put a checkpoint written as in exercise 9 back into
     fresh objects; return the step."""
     import tempfile
     from pathlib import Path
@@ -540,15 +494,14 @@ def check_12(load_checkpoint) -> None:
         before = {k: v.clone() for k, v in model.state_dict().items()}
         step = load_checkpoint(path, model, opt, gen)
         changed = any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
-        if not attempted(step if step is not None or changed else None, 12):
+        if not attempted(True if step is not None or changed else None, 10):   # weights loaded: attempted
             return
         piece = _missing(model, opt, gen, step, truth)
         assert not piece, (f"after loading a checkpoint saved at step 3, the fresh objects lack {_PIECES[piece]}"
                            f"{f' (you returned {step!r}: return the saved step)' if piece == 'step' else ''}")
         _continue_and_compare(model, opt, gen, step, "after your load_checkpoint", "")
-    print("Exercise 12: correct (everything the next step draws on is back: the run continues bit for bit)")
+    print("Exercise 10: correct (everything the next step draws on is back: the run continues bit for bit)")
 
 
-EXERCISES = {1: "bits_per_byte", 2: "rate_at", 3: "dsff_widths", 4: "distinct", 5: "tau_for_ratio",
-             6: "train_step", 7: "combine", 8: "cross_entropy", 9: "adamw_step", 10: "clip_global_norm",
-             11: "save_checkpoint", 12: "load_checkpoint"}   # check -> name
+EXERCISES = {1: "bits_per_byte", 2: "rate_at", 3: "distinct", 4: "train_step", 5: "combine", 6: "cross_entropy",
+             7: "adamw_step", 8: "clip_global_norm", 9: "save_checkpoint", 10: "load_checkpoint"}   # check -> name

@@ -2,8 +2,6 @@
 `%load exercises/solutions/lesson11.py`."""
 import math
 
-from minwiola import atm
-
 
 def bits_per_byte(nats_per_token, bytes_per_token):
     return nats_per_token / math.log(2) / bytes_per_token          # nats -> bits, per token -> per byte
@@ -16,29 +14,9 @@ def rate_at(step, total=2000, peak=3e-3, warmup=0.05):
     return peak * 0.5 * (1 + math.cos(math.pi * (p - warmup) / (1 - warmup)))   # half cosine down to 0
 
 
-def dsff_widths(d, hidden):
-    # 3 d d_A + 2 d d_B + 2 d^2 (the gate W_f: 2d -> d) = 3 d hidden, so 3 d_A + 2 d_B = 3 hidden - 2 d
-    total = 3 * hidden - 2 * d
-    pairs = [(a, (total - 3 * a) // 2) for a in range(1, hidden) if (total - 3 * a) % 2 == 0 and total > 3 * a]
-    return min(pairs, key=lambda p: (abs(p[1] - 3 * p[0]), p[0]))   # closest to Wiola's d_B = 3 d_A
-
-
 def distinct(words, n):
     grams = list(zip(*(words[i:] for i in range(n))))
     return len(set(grams)) / len(grams)
-
-
-def tau_for_ratio(rho, target):
-    lo, hi = -1.0, 1.0                 # mu(lo) >= target; mu only grows as tau falls, so bisect
-    if atm.merge_ratio(atm.merge_plan(rho, hi)) >= target:
-        return hi
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        if atm.merge_ratio(atm.merge_plan(rho, mid)) >= target:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def train_step(model, optimizer, x, y, lr, clip):
@@ -55,7 +33,7 @@ def train_step(model, optimizer, x, y, lr, clip):
 
 
 def _forgets(part):
-    """train_step with one part left out: the plausible mistakes of exercise 6."""
+    """train_step with one part left out: the plausible mistakes of exercise 4."""
     def step(model, optimizer, x, y, lr, clip):
         import torch
         from minwiola.model import next_token_loss
@@ -69,14 +47,13 @@ def _forgets(part):
         optimizer.step()
         if part != "zero":
             optimizer.zero_grad(set_to_none=True)
-        return loss.item()
+        return loss.detach() if part == "item" else loss.item()
     return step
 
 
 def combine(rank_grads, rank_rows):
     # rank r's gradient is the mean over its n_r rows: times n_r it is their sum; the sums add up; divide by all rows
     return sum(g * n for g, n in zip(rank_grads, rank_rows)) / sum(rank_rows)
-
 
 
 def cross_entropy(logits, targets):
@@ -125,7 +102,7 @@ def load_checkpoint(path, model, optimizer, generator):
 
 
 def _adamw_wrong(mistake):
-    """adamw_step with one plausible mistake of exercise 9."""
+    """adamw_step with one plausible mistake of exercise 7."""
     def step(p, grad, state, lr, betas, eps, weight_decay):
         import torch
         b1, b2 = betas
@@ -152,7 +129,7 @@ def _clip_per_tensor(grads, max_norm):
 
 
 def _save_without(*pieces):
-    """save_checkpoint that leaves pieces out: the plausible mistakes of exercise 11."""
+    """save_checkpoint that leaves pieces out: the plausible mistakes of exercise 9."""
     def save(path, model, optimizer, step, generator):
         import torch
         every = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
@@ -168,7 +145,7 @@ def _save_wrong_generator(path, model, optimizer, step, generator):
 
 
 def _load_without(piece):
-    """load_checkpoint that does not put one piece back: the plausible mistakes of exercise 12."""
+    """load_checkpoint that does not put one piece back: the plausible mistakes of exercise 10."""
     def load(path, model, optimizer, generator):
         import torch
         saved = torch.load(path, weights_only=True)
@@ -179,16 +156,14 @@ def _load_without(piece):
             torch.set_rng_state(saved["torch_rng"])
         if piece != "data_rng":
             generator.set_state(saved["data_rng"])
-        return 0 if piece == "step" else saved["step"]
+        return {"step": 0, "no return": None}.get(piece, saved["step"])
     return load
 
 # Plausible mistakes, for the test that every check catches one (tests/test_exercises.py).
 WRONG = {
     "bits_per_byte": lambda nats, nbytes: nats / nbytes,                       # forgot nats -> bits
     "rate_at": lambda step: 3e-3 * 0.5 * (1 + math.cos(math.pi * step / 2000)),  # no warm-up
-    "dsff_widths": lambda d, hidden: (hidden // 4, 3 * hidden // 4),          # forgot the gate's 2 d^2
     "distinct": lambda words, n: len(set(words)) / len(words),                  # ignores n
-    "tau_for_ratio": lambda rho, target: 0.92,                                  # the paper's tau, uncalibrated
     "train_step": _forgets("zero"),                                             # gradients pile up
     "combine": lambda grads, rows: sum(grads) / len(grads),                     # DDP's plain mean: unequal shards
     "cross_entropy": lambda z, y: -(z.softmax(-1).log().gather(-1, y[:, None])).mean(),   # naive: overflows
@@ -197,10 +172,7 @@ WRONG = {
     "save_checkpoint": _save_without("optimizer"),                                # the moments restart at 0
     "load_checkpoint": _load_without("torch_rng"),                                # dropout draws other masks
 }
-ALSO_WRONG = {"dsff_widths": [lambda d, hidden: ((3 * hidden - 2 * d) / 9, (3 * hidden - 2 * d) / 3),  # reals
-                              lambda d, hidden: dsff_widths(d, hidden)[::-1],                       # swapped
-                              lambda d, hidden: (hidden // 4, (3 * hidden - d - 3 * (hidden // 4)) // 2)],  # gate d^2
-              "train_step": [_forgets("clip"), _forgets("rate")],
+ALSO_WRONG = {"train_step": [_forgets("clip"), _forgets("rate"), _forgets("item")],
               "combine": [lambda grads, rows: sum(grads),                   # summed, not averaged
                           lambda grads, rows: sum(g * n for g, n in zip(grads, rows)),   # weighted, not divided
                           lambda grads, rows: sum(g * n for g, n in zip(grads, rows)).float() / sum(rows)],
@@ -216,4 +188,5 @@ ALSO_WRONG = {"dsff_widths": [lambda d, hidden: ((3 * hidden - 2 * d) / 9, (3 * 
                                                      for g in grads]],                         # always rescales
               "save_checkpoint": [_save_without("torch_rng", "data_rng"), _save_without("data_rng"),
                                   _save_wrong_generator],
-              "load_checkpoint": [_load_without("optimizer"), _load_without("data_rng"), _load_without("step")]}
+              "load_checkpoint": [_load_without("optimizer"), _load_without("data_rng"), _load_without("step"),
+                                  _load_without("no return")]}
