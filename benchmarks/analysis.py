@@ -1,4 +1,4 @@
-"""What the lessons read from the benchmarks, in one module: every name lessons 04 and 11-15 use to reuse a
+"""What the lessons read from the benchmarks, in one module: every name lessons 04, 05 and 11-15 use to reuse a
 benchmark's own analysis on its recorded result (its figure, its tables, the functions that measure), in sections by
 lesson. The scripts import their names back from here, so a lesson and its script run the same code. Lessons load it
 with `minwiola.lesson.benchmarks()`; tests/test_benchmarks_package.py checks that every name a lesson reads is here.
@@ -343,6 +343,8 @@ ENCODINGS = {
     "alibi": {"positions": "alibi"},
     "none": {"positions": "none"},                                        # NoPE: only the causal mask
 }
+# the one rule's verdict on a gap against the threshold, in the benchmark's words
+EXTRAPOLATION_WORDS = {"lower": "holds", "higher": "breaks", "no verdict": "no verdict"}
 
 
 def stretched(folder: Path, context: int) -> LanguageModel:
@@ -672,7 +674,7 @@ def moe_report(result: dict) -> str:
     rows = ["| arm | parameters (total / active) | seeds | nats/token | bits/byte | spread | tokens/s | vs dense |",
             "|---|---|---|---|---|---|---|---|"]
     for name, arm in result["arms"].items():
-        verdict = result["comparison"].get(f"{name} vs dense")
+        verdict = result["verdicts"].get(f"{name} vs dense")
         v = f"{verdict['difference']:+.4f} ({verdict['verdict']})" if verdict else "—"
         rows.append(f"| `{name}` | {arm['params']['total']:,} / {arm['params']['active']:,} | {len(arm['seeds'])} | "
                     f"{arm['mean_nats_per_token']:.3f} | {arm['mean_bits_per_byte']:.4f} | "
