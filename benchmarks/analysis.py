@@ -1,4 +1,4 @@
-"""What the lessons read from the benchmarks, in one module: every name lessons 04 and 11-15 use to reuse a
+"""What the lessons read from the benchmarks, in one module: every name lessons 04, 05 and 11-15 use to reuse a
 benchmark's own analysis on its recorded result (its figure, its tables, the functions that measure), in sections by
 lesson. The scripts import their names back from here, so a lesson and its script run the same code. Lessons load it
 with `minwiola.lesson.benchmarks()`; tests/test_benchmarks_package.py checks that every name a lesson reads is here.
@@ -89,6 +89,107 @@ def operations_profile(decode, n: int) -> dict[str, float]:
     return {"ops_per_token": round(sum(event.count for event in events) / n, 1),
             "ms_in_operations": round(inside / n, 4), "ms_profiled": round(1e3 * wall / n, 4),
             "ms_outside_operations": round((1e3 * wall - inside) / n, 4)}
+
+
+# ----------------------------------------------------- lesson 05: does the offset prevent collapse? (norm_bench.py)
+
+NORM_ARMS = ("rmsnorm", "wiola")                    # the reference first: every comparison is wiola vs rmsnorm
+NORM_SEEDS = (0, 1, 2)
+NORM_SIZE = {"full": (300, 16), "quick": (100, 8)}  # (steps, windows per batch) of the full run and of quick mode
+
+
+def mean_pairwise_cosine(h) -> float:
+    """The mean cosine similarity over all pairs of token vectors (rows) of h: 1 when every token points one way."""
+    u = F.normalize(h.reshape(-1, h.shape[-1]), dim=-1)
+    n = len(u)
+    return (((u @ u.T).sum() - n) / (n * (n - 1))).item()
+
+
+def residual(h) -> float:
+    """Dong et al.'s rank-collapse measure: ||X - 1 xbar^T||_F / ||X||_F over the token vectors (rows) of h."""
+    h = h.reshape(-1, h.shape[-1])
+    return ((h - h.mean(0)).norm() / h.norm()).item()
+
+
+def effective_rank(h) -> float:
+    """exp(entropy of the normalised singular values of the centred token matrix): from 1 to d."""
+    h = h.reshape(-1, h.shape[-1])
+    s = torch.linalg.svdvals(h - h.mean(0))
+    p = s / s.sum()
+    return torch.exp(-(p * torch.log(p + 1e-12)).sum()).item()
+
+
+def layer_outputs(model: LanguageModel, ids: torch.Tensor) -> list[torch.Tensor]:
+    """Each layer's output (the embeddings, then each block's) for a model whose forward is embed -> blocks. A
+    second copy of LanguageModel.forward, so it refuses the configs it does not reproduce."""
+    cfg = model.config
+    handled = dict(positions=("rope", "srpe", "none"), gcla=("off",), atm=("off",))
+    for field, values in handled.items():
+        if getattr(cfg, field) not in values:
+            raise ValueError(f"layer_outputs reproduces LanguageModel.forward only for {field} in {values}, "
+                             f"not {getattr(cfg, field)!r}")
+    if cfg.dropout and model.training:
+        raise ValueError("layer_outputs: dropout is active; call model.eval() first")
+    hs = [model.embed(ids)]
+    for block in model.blocks:
+        hs.append(block(hs[-1]))
+    return hs
+
+
+def collapse(model: LanguageModel, probe: torch.Tensor) -> tuple[list, list, list]:
+    """Per layer, on the token windows `probe`: the residual, the mean pairwise cosine and the effective rank;
+    checks that the last layer, through the final norm and the head, gives exactly the model's own logits."""
+    with torch.no_grad():
+        hs = layer_outputs(model, probe)
+        h = model.norm(hs[-1])
+        head = h @ model.embed.weight.T if model.head is None else model.head(h)
+        assert torch.equal(head, model(probe)), "layer_outputs has drifted from LanguageModel.forward"
+    return [residual(h) for h in hs], [mean_pairwise_cosine(h) for h in hs], [effective_rank(h) for h in hs]
+
+
+def norm_train(norm_kind: str, seed: int, steps: int, batch: int, warmup: int = 20) -> dict:
+    """One run of lesson 05's experiment: an 8-layer llama-style model with norm `norm_kind`, AdamW at 2e-3 (no
+    weight decay), linear warm-up, gradient clipped to norm 1, `steps` steps of `batch` windows of 128 tokens. The
+    seed fixes both the initial weights and the batches, so the two norms' runs of one seed differ only in delta.
+    Returns the measures of `collapse` at init and after training, the held-out loss and the model."""
+    train_stream, valid_stream = data.tokens("train"), data.tokens("valid")
+    probe, _ = data.get_batch(valid_stream, 8, 128, torch.Generator().manual_seed(1))
+    torch.manual_seed(seed)                               # the same initial weights for both norms
+    cfg = preset("llama-style", n_layers=8, norm=norm_kind, context=128)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)                # weights drawn in float64 (lesson 05 works in float64) ...
+    try:
+        model = LanguageModel(cfg).float()                # ... and trained in float32
+    finally:
+        torch.set_default_dtype(default)
+    at_init = collapse(model, probe)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(seed)             # ... and the same batches
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = 2e-3 * min(1.0, (step + 1) / warmup)     # linear warm-up, then constant
+        xb, yb = data.get_batch(train_stream, batch, 128, gen)
+        loss = model.loss(xb, yb)
+        opt.zero_grad(); loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    with torch.no_grad():
+        xv, yv = data.get_batch(valid_stream, 32, 128, torch.Generator().manual_seed(2))
+        held_out = model.loss(xv, yv).item()
+    return dict(init=at_init, trained=collapse(model, probe), held_out=held_out, model=model)
+
+
+# what each comparison judges, from one run's record: the collapse measures averaged over blocks 1-8, the loss
+NORM_MEASURES = {"mean residual, blocks 1-8": lambda r: float(np.mean(r["trained"][0][1:])),
+                 "mean cosine, blocks 1-8": lambda r: float(np.mean(r["trained"][1][1:])),
+                 "mean effective rank, blocks 1-8": lambda r: float(np.mean(r["trained"][2][1:])),
+                 "held-out loss": lambda r: r["held_out"]}
+
+
+def norm_per_seed(runs: dict, seeds=NORM_SEEDS) -> dict:
+    """{measure: {norm: {seed: number}}} from runs keyed (norm, seed): what the comparisons judge."""
+    return {name: {kind: {str(s): f(runs[kind, s]) for s in seeds} for kind in NORM_ARMS}
+            for name, f in NORM_MEASURES.items()}
 
 
 # --------------------------- lessons 11 and 16: the convergence study (convergence.py, convergence_cs336.py)
@@ -267,6 +368,8 @@ ENCODINGS = {
     "alibi": {"positions": "alibi"},
     "none": {"positions": "none"},                                        # NoPE: only the causal mask
 }
+# the one rule's verdict on a gap against the threshold, in the benchmark's words
+EXTRAPOLATION_WORDS = {"lower": "holds", "higher": "breaks", "no verdict": "no verdict"}
 
 
 def stretched(folder: Path, context: int) -> LanguageModel:
@@ -596,7 +699,7 @@ def moe_report(result: dict) -> str:
     rows = ["| arm | parameters (total / active) | seeds | nats/token | bits/byte | spread | tokens/s | vs dense |",
             "|---|---|---|---|---|---|---|---|"]
     for name, arm in result["arms"].items():
-        verdict = result["comparison"].get(f"{name} vs dense")
+        verdict = result["verdicts"].get(f"{name} vs dense")
         v = f"{verdict['difference']:+.4f} ({verdict['verdict']})" if verdict else "—"
         rows.append(f"| `{name}` | {arm['params']['total']:,} / {arm['params']['active']:,} | {len(arm['seeds'])} | "
                     f"{arm['mean_nats_per_token']:.3f} | {arm['mean_bits_per_byte']:.4f} | "

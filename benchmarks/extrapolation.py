@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from analysis import ENCODINGS, extrapolation_plot as plot, gap, loss_by_position, stretched, windows
+from analysis import ENCODINGS, EXTRAPOLATION_WORDS as WORDS, extrapolation_plot as plot, gap, loss_by_position, stretched, windows
 from common import (ROOT, best_eval, commit, decide, hardware, positive_float, positive_int, register, seed_int,
                     train_or_reuse, user_errors)
 
@@ -56,9 +56,6 @@ def registration(names: list[str], seeds: list[int], threshold: float) -> dict:
     """The comparisons, written down before the runs: each encoding's gap against the threshold, on every seed."""
     return {name: {"arm": f"encodings/{name}/seeds/{{seed}}/gap", "reference": threshold,
                    "seeds": [str(s) for s in seeds], "paired": False} for name in names}
-
-
-WORDS = {"lower": "holds", "higher": "breaks", "no verdict": "no verdict"}
 
 
 def summarise(result: dict) -> None:

@@ -15,6 +15,7 @@ import diffusion_bench
 import extrapolation
 import layouts_bench
 import moe_bench
+import norm_bench
 import ssm_bench
 from minwiola.verdict import RULE, judge, t_critical
 
@@ -87,6 +88,7 @@ def test_each_benchmark_registers_what_its_committed_result_holds():
     assert layouts_bench.registration(load("layouts")["seeds"]) == comparisons("layouts")
     r = load("extrapolation")
     assert extrapolation.registration(list(r["encodings"]), r["seeds"], 0.1) == comparisons("extrapolation")
+    assert norm_bench.registration(load("norm_bench")["seeds"]) == comparisons("norm_bench")
     r = load("ssm_bench")
     assert (ssm_bench.registration(["ssm-llama-style"], r["seeds"]) | ssm_bench.registration(["selective"], [0],
             r["seeds"])) == comparisons("ssm_bench")
