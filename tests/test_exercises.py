@@ -164,7 +164,7 @@ LESSON16_NAMED = [("dsff_widths", 1, "positive integers"), ("dsff_widths", 2, "s
                   ("my_judge", 2, "the range (max - min)"), ("my_judge", 3, "left out the critical value"),
                   ("my_judge", 4, "1.96 is the normal's point"), ("my_judge", 5, "TWO-sided"),
                   ("my_judge", 6, "wrong degrees of freedom"), ("my_judge", 7, "arm first"),
-                  ("my_judge", 8, "the old rule"), ("my_judge", 9, "return bound None and 'no verdict'"),
+                  ("my_judge", 8, "a naive range rule"), ("my_judge", 9, "return bound None and 'no verdict'"),
                   ("tau_for_ratio", 1, "upper end of the bracket"), ("tau_for_ratio", 2, "mu counts the pairs")]
 
 
@@ -172,7 +172,7 @@ LESSON16_NAMED = [("dsff_widths", 1, "positive integers"), ("dsff_widths", 2, "s
 def test_lesson16_mistakes_are_named(name, i, words):
     """Lesson 16's checks name each listed mistake (i = 0: WRONG, then ALSO_WRONG in order): the rule by hand gets a
     message per usual slip (unpaired, n for n - 1, the range, no t*, 1.96, one-sided, the degrees of freedom, the
-    sign, the old rule, one seed)."""
+    sign, a naive range rule, one seed)."""
     lesson, solutions = (importlib.import_module(f"exercises.{m}") for m in ("lesson16", "solutions.lesson16"))
     n = {name: n for n, name in lesson.EXERCISES.items()}[name]
     wrong = [solutions.WRONG.get(name)] + solutions.ALSO_WRONG[name]

@@ -31,7 +31,7 @@ def check_1(dsff_widths) -> None:
             "real-valued solution of the equation is not a layer you can build)")
         budget = 3 * d * hidden
         used = 3 * d * a + 2 * d * b + 2 * d * d
-        hint = {2 * d * d: "the gate's parameters went to the streams: count W_f (2d -> d, 2d^2 parameters)",
+        hint = {2 * d * d: "you left out W_f's 2d^2 parameters: count the gate (2d -> d)",
                 d * d: "the gate W_f maps the two streams' 2d outputs to d: it has 2d^2 parameters, not d^2",
                 }.get(used - budget, "3*d*d_A (SwiGLU stream) + 2*d*d_B (GELU stream) + 2*d^2 (gate W_f)")
         if 3 * d * b + 2 * d * a + 2 * d * d == budget:
@@ -94,13 +94,13 @@ def _bound_hint(bound: float, arm: list, reference: list, paired: bool) -> str:
             t_critical(df) * math.sqrt(ss / (na + nr) * (1 / na + 1 / nr))
         tries["the standard error of a difference of two means is s_pooled sqrt(1/n_a + 1/n_r): the sqrt(1/n_a + "
               "1/n_r) is missing"] = t_critical(df) * math.sqrt(ss / df)
-    tries["the old rule (two times the larger of the two arms' seed ranges) is not this one"] = \
+    tries["a naive range rule (two times the larger of the two arms' seed ranges) is not this one"] = \
         2 * max(max(arm) - min(arm), max(reference) - min(reference))
     tries["the bound is t* x se: you left out the critical value t* (minwiola.verdict.t_critical)"] = se
     tries["1.96 is the normal's point, for many seeds; with few seeds Student's t is far wider: use "
           "t_critical(df)"] = 1.96 * se
     tries["the test is TWO-sided at 5%: t* leaves 2.5% in each tail (t_critical(df)), you used the 10% "
-          "two-sided point"] = t_critical(df, 0.10) * se
+          "two-sided point (that is, a one-sided 5% test)"] = t_critical(df, 0.10) * se
     tries[f"wrong degrees of freedom: {'n - 1 (one per difference, less the mean)' if paired else 'n_a + n_r - 2'}, "
           f"here {df}"] = t_critical(df + 1) * se
     if df > 1:

@@ -71,7 +71,7 @@ def _flipped(arm, reference, paired):
     return difference, bound, word
 
 
-def _old_rule(arm, reference, paired):
+def _range_rule(arm, reference, paired):
     difference = statistics.mean(arm) - statistics.mean(reference)
     bound = 2 * max(max(arm) - min(arm), max(reference) - min(reference))
     return difference, bound, "no verdict" if abs(difference) <= bound else "lower" if difference < 0 else "higher"
@@ -99,6 +99,6 @@ ALSO_WRONG = {"dsff_widths": [lambda d, hidden: ((3 * hidden - 2 * d) / 9, (3 * 
                               lambda d, hidden: (hidden // 4, (3 * hidden - d - 3 * (hidden // 4)) // 2)],  # gate d^2
               "my_judge": [_judge_wrong("n not n-1"), _judge_wrong("range"), _judge_wrong("no t*"),
                            _judge_wrong("1.96"), _judge_wrong("one-sided"), _judge_wrong("df = n"), _flipped,
-                           _old_rule, _one_seed_crashes],
+                           _range_rule, _one_seed_crashes],
               "tau_for_ratio": [_upper_end,
                                 lambda rho, target: float(rho.flatten().quantile(1 - target))]}  # similarities, not mu
