@@ -1,4 +1,4 @@
-"""What the lessons read from the benchmarks, in one module: every name lessons 04, 05 and 11-15 use to reuse a
+"""What the lessons read from the benchmarks, in one module: every name lessons 04, 05 and 11-16 use to reuse a
 benchmark's own analysis on its recorded result (its figure, its tables, the functions that measure), in sections by
 lesson. The scripts import their names back from here, so a lesson and its script run the same code. Lessons load it
 with `minwiola.lesson.benchmarks()`; tests/test_benchmarks_package.py checks that every name a lesson reads is here.
@@ -334,6 +334,131 @@ def cs336_plot(result: dict, path: Path | None = None):
                  + (" | PARTIAL" if result.get("partial") else ""), fontsize=9)
     fig.tight_layout()
     return save_or_return(fig, path)
+
+
+# ------------------------------------------------ lesson 11: at the real size (scale_bench.py, recipes.py)
+
+def token_cache_memory(stories: list[str], tokenizer, first_design, copies=(1, 2, 4)) -> list[tuple]:
+    """Peak Python memory (tracemalloc) of two ways to tokenise a train split made of `stories` `copies` times over:
+    `first_design(path, tokenizer)` and the library's streaming `data.tokens`, each in a throw-away data folder and
+    cache (with small blocks, so a few MB of text stream in several). Rows (text MB, tokens, first design's peak MB,
+    streaming peak MB); both must give the same ids."""
+    import contextlib
+    import tempfile
+    import tracemalloc
+    from unittest import mock
+
+    from minwiola.tokenizer import EOT
+
+    @contextlib.contextmanager
+    def corpus_of(n):
+        saved = {k: os.environ.get(k) for k in ("MINWIOLA_DATA", "MINWIOLA_CACHE")}
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            text = "".join(s + "\n" + EOT + "\n" for s in stories)
+            (folder / "TinyStories-train.txt").write_text(text * n, encoding="utf-8")
+            (folder / "TinyStories-valid.txt").write_text(text, encoding="utf-8")
+            os.environ.update(MINWIOLA_DATA=str(folder), MINWIOLA_CACHE=str(folder / "cache"))
+            try:
+                yield folder / "TinyStories-train.txt"
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+
+    def peak_mb(fn):
+        tracemalloc.start()
+        out = fn()
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return out, peak / 1e6
+
+    tokenizer.fast.encode_ordinary("warm up")                 # the tokenizer's own tables are part of neither pass
+    rows = []
+    with mock.patch.object(data, "CHUNK_BYTES", 256 << 10):  # small blocks for a few MB of text; put back after
+        for n in copies:
+            with corpus_of(n) as path:
+                old, old_mb = peak_mb(lambda: first_design(path, tokenizer))
+                new, new_mb = peak_mb(lambda: data.tokens("train", tokenizer, workers=1))
+                assert np.array_equal(old, new)               # the same ids, token for token
+                rows.append((path.stat().st_size / 1e6, len(new), old_mb, new_mb))
+    return rows
+
+
+def scale_report(scale: dict, resume: dict) -> str:
+    """results/scale_bench.json as lesson 11 prints it: each step's peak memory and wall time at each corpus size,
+    then the tokenising speed, the warm trainer's start and the killed-and-resumed tokenising."""
+    sizes = sorted(scale["sizes"], key=float)
+    rows = ["command: " + scale["command"].split("python ", 1)[-1],
+            f"{scale['hardware']}, {scale['memory_gib']} GiB; corpus built from: {scale['corpus']['built_from']}",
+            f"{'step':14s}" + "".join(f"{float(s) * 1.924:>17.2f} GB" for s in sizes)]
+    for name in SCALE_STEPS:
+        cells = [scale["sizes"][s]["steps"].get(name) for s in sizes]
+        rows.append(f"{name:14s}" + "".join(f"{c['peak_rss_gib']:>9.2f} GiB {c['wall_s']:>6.0f} s" if c else
+                                            f"{'-':>20s}" for c in cells))
+    full, speed = scale["sizes"]["1"]["steps"], scale["targets"]["full_split_tokenising"]
+    rows += [f"the full split tokenised in {full['tokens_train']['wall_s']:.0f} s on {scale['cores']} cores "
+             f"({full['tokens_train']['result']['tokens']:,} tokens), {speed['bytes_per_s'] / 1e6:.1f} MB/s; tiktoken "
+             f"alone on the same text and processes, its faster way: {speed['tiktoken_bytes_per_s'] / 1e6:.1f} MB/s "
+             f"({speed['fraction_of_tiktoken']:.2f} of it); load average at the start "
+             f"{scale['load_average_at_start'][0]}",
+             f"trainer on the full-size corpus, warm cache: first step "
+             f"{scale['targets']['warm_trainer_start']['first_step_s']:.0f} s after launch; the row's time is 3 steps "
+             "and one evaluation of 262,144 tokens",
+             f"tokenize killed at {resume['done_at_kill']:.0%} of the ids, run again: ids equal {resume['ids_equal']}, "
+             f"{resume['fraction_of_cold_cpu']:.2f} of a whole pass's CPU time, processes left behind "
+             f"{resume['orphans_after_kill']}",
+             "(tokens_valid: the smallest corpus's held-out split fits one block, so it starts no worker processes)"]
+    return "\n".join(rows)
+
+
+SCALE_STEPS = ["iter_stories", "load_10k", "tokens_valid", "tokens_train", "tokens_warm", "tokenizer", "trainer"]
+
+
+def recipes_report(recipes: dict) -> str:
+    """results/recipes.json's recipes as lesson 11 prints them: the command, its note, the measured speed (or what is
+    owed) and the loss it reached."""
+    rows = []
+    for name, r in recipes.items():
+        rows.append(f"--- {name}: {r['budget']}\n    {r['command']}\n    {r['note']}")
+        speed = r["speed"]
+        if isinstance(speed, dict):
+            mfu = f", MFU {speed['mfu']:.0%}" if speed.get("mfu") else ""
+            rows.append(f"    speed: {speed['tokens_per_s']:,} tokens/s on {speed['hardware']} ({speed['precision']}, "
+                        f"{speed['threads']} threads{mfu}): {speed['tokens_per_budget'] / 1e6:.0f} M tokens in the "
+                        f"budget; one evaluation ({speed['eval_tokens']:,} tokens) {speed['eval_seconds']:.0f} s")
+        else:
+            rows.append(f"    speed: {speed}")
+        loss = r["loss"]
+        rows.append("    loss: " + (f"{loss['nats_per_token']:.3f} nats/token, {loss['bits_per_byte']:.3f} bits/byte "
+                                    f"after {loss['tokens'] / 1e6:.0f} M tokens ({loss['data']})"
+                                    if isinstance(loss, dict) else loss))
+        sample = r.get("loss_on_the_sample_at_one_hour")
+        if sample:
+            rows.append(f"    on the TinyStories sample, the same settings reached {sample['nats_per_token']:.3f} "
+                        f"nats/token after {sample['tokens'] / 1e6:.1f} M tokens ({sample['source'].split(' (')[0]})")
+    return "\n".join(rows)
+
+
+def step_cost_report(cs: dict, bench: dict, turns: dict, compiled: dict) -> str:
+    """Lesson 11's step costs: the CS336-shape and Yocto-size rows run one after the other (train_bench_cs336.json,
+    train_bench.json), the arms taking turns in one process (wiola_step_bench.json), and --compile's pay-back."""
+    step = {r["preset"]: r for r in [*cs["rows"], *bench["rows"]]}
+    rows = [f"command: {cs['command']} | {cs['hardware']} | {cs['threads']} threads, batch {cs['batch']} x {cs['T']}"]
+    rows += [f"{name:12s} {step[name]['params']:>11,} parameters  median {step[name]['seconds_per_step']:.3f} s/step "
+             f"(fastest {step[name]['fastest_step']:.3f}, slowest {step[name]['slowest_step']:.3f})  "
+             f"{step[name]['tokens_per_s']:,} tokens/s" for name in ("llama-cs336", "wiola-cs336", "llama-style",
+                                                                     "wiola-yocto")]
+    rows.append(f"taking turns ({turns['hardware']}, {turns['threads']} threads, ATM merging {turns['target_mu']:.0%}):")
+    rows += [f"  {name:17s} {turns['arms'][name]['time_ratio']:.2f}x the step of {turns['arms'][name]['against']} for "
+             f"{turns['arms'][name]['flop_ratio']:.3f}x its FLOPs"
+             for name in ("wiola", "wiola-yocto", "llama-style+gcla", "llama-style+dsff")]
+    rows.append(f"--compile, {compiled['preset']}: compiles in {compiled['compile_seconds']:.0f} s, then steps "
+                f"{compiled['speedup']:.2f}x as fast; pays for runs longer than {compiled['break_even_minutes']:.1f} "
+                "minutes")
+    return "\n".join(rows)
 
 
 # ------------------------------------------- lesson 16: every comparison the course makes, judged by one rule

@@ -7,6 +7,7 @@ the trainer it shows the pair counts at the first merge that differs and reruns 
 without pre-tokenisation and without cutting at <|endoftext|>; for the encoder it replays the piece where you
 differ with other merge orders; for bytes per token it computes the usual miscounts."""
 import collections
+import math
 import unicodedata
 import warnings
 from unittest import mock
@@ -336,4 +337,32 @@ def check_4(answer_4) -> None:
           "must be spelled from smaller pieces.")
 
 
-EXERCISES = {1: "my_train_bpe", 2: "my_encode", 3: "my_bytes_per_token", 4: "answer_4"}
+# ---------------------------------------------------------------------------------------------------- exercise 5
+
+def _bpb_hint(got, nats: float, nbytes: float) -> str:
+    """The usual slip that gives `got` for (nats per token, bytes per token), if any."""
+    slips = {"the nats were not turned into bits: divide by ln 2": nats / nbytes,
+             "multiplied by the bytes per token; bits per byte divides by them": nats / math.log(2) * nbytes,
+             "multiplied by ln 2; nats to bits divides by ln 2 (1 bit = ln 2 nats)": nats * math.log(2) / nbytes,
+             "that is bits per token: divide by the bytes per token": nats / math.log(2)}
+    return next((f"; {why}" for why, value in slips.items() if abs(float(got) - value) < 1e-9 * max(1, value)), "")
+
+
+def check_5(my_bits_per_byte) -> None:
+    """my_bits_per_byte(nats_per_token, bytes_per_token), section 7's formula."""
+    if not attempted(_call(my_bits_per_byte, "my_bits_per_byte", "(1.0, 1.0)")(1.0, 1.0), 5):
+        return
+    for nats, nbytes, what in ((math.log(2), 1.0, "ln 2 nats per token, 1 byte per token (one bit per byte)"),
+                               (math.log(2), 4.0, "ln 2 nats per token, 4 bytes per token"),
+                               (3.0, 4.2, "3 nats per token, 4.2 bytes per token")):
+        got = _call(my_bits_per_byte, "my_bits_per_byte", f"({nats:.4g}, {nbytes})")(nats, nbytes)
+        want = nats / (math.log(2) * nbytes)
+        try:
+            hint = _bpb_hint(got, nats, nbytes)
+        except (TypeError, ValueError):
+            hint = ""
+        close(got, want, what + hint)
+    print("Exercise 5: correct")
+
+
+EXERCISES = {1: "my_train_bpe", 2: "my_encode", 3: "my_bytes_per_token", 4: "answer_4", 5: "my_bits_per_byte"}

@@ -1,5 +1,5 @@
 """Self-checks for lesson 03's exercises: RMSNorm, RoPE's rotation, SwiGLU, then the whole model's forward pass and
-loss, each compared with the library. A function that still returns None is "not attempted yet". Solutions:
+loss, each compared with the library; and a cross-entropy that cannot overflow, against F.cross_entropy. A function that still returns None is "not attempted yet". Solutions:
 `solutions/lesson03.py` (look after trying).
 
 When an answer is wrong, the check also computes the usual mistakes from the same inputs and weights (with the
@@ -295,4 +295,67 @@ def check_4(my_forward) -> None:
     print("Exercise 4: correct (your forward pass is the library's LanguageModel, to 1e-6)")
 
 
-EXERCISES = {1: "my_rmsnorm", 2: "my_rope", 3: "my_swiglu", 4: "my_forward"}
+# ------------------------------------------------------------------ exercise 5: a cross-entropy that cannot overflow
+
+def _one_number(got, what: str) -> float:
+    """A Python number or a one-element tensor as a float; otherwise say what came back."""
+    if isinstance(got, torch.Tensor) and got.numel() != 1:
+        raise AssertionError(f"{what}: got a tensor of shape {tuple(got.shape)}; the loss is one number, the mean "
+                             "over the rows")
+    try:
+        return float(got)
+    except (TypeError, ValueError):
+        raise AssertionError(f"{what}: expected a number, got {got!r}") from None
+
+
+def _ce_hint(got: float, logits, targets) -> str:
+    """What a wrong cross-entropy most likely did, judged from its value on one case."""
+    n = len(targets)
+    picked = logits.gather(-1, targets[:, None]).squeeze(-1)
+    m = logits.max(-1, keepdim=True).values
+    guesses = {"the mean over the rows, not their sum (divide by the number of rows)":
+               F.cross_entropy(logits, targets, reduction="sum"),
+               "the loss is minus the log-probability of the target: the sign is flipped":
+               -F.cross_entropy(logits, targets),
+               "after subtracting each row's max m, add it back: log sum exp(z) = m + log sum exp(z - m)":
+               ((logits - m).exp().sum(-1).log() - picked).mean()}
+    for hint, value in guesses.items():
+        if abs(got - float(value)) <= 1e-6 * max(1.0, abs(float(value))):
+            return hint
+    if n and abs(got * n - float(F.cross_entropy(logits, targets))) < 1e-6:
+        return "divide by the number of rows once, not twice"
+    return "loss = mean over rows of (log sum_j exp z_j - z_target), with each row's max subtracted inside the exp"
+
+
+def check_5(my_cross_entropy) -> None:
+    """my_cross_entropy(logits, targets): the mean over rows of -log softmax(logits)[row, target], computed stably."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 7, generator=g, dtype=torch.float64)
+    targets = torch.tensor([0, 3, 6, 2, 2])
+    first = my_cross_entropy(logits.clone(), targets.clone())
+    if not attempted(first, 5):
+        return
+    cases = [("5 rows of 7 logits drawn from N(0, 1) (float64)", logits, targets)]
+    big = torch.randn(4, 50, generator=g) * 1e4                      # float32, the training dtype
+    cases.append(("4 rows of 50 float32 logits of size about 1e4", big, torch.tensor([1, 7, 30, 49])))
+    mixed = torch.cat([torch.randn(1, 50, generator=g) * 1e4, torch.randn(2, 50, generator=g)])
+    cases.append(("3 float32 rows, the first of size 1e4 and two of size 1", mixed, torch.tensor([4, 5, 6])))
+    for what, z, y in cases:
+        got = _one_number(my_cross_entropy(z.clone(), y.clone()), what)
+        want = float(F.cross_entropy(z, y))
+        if not math.isfinite(got):
+            if got == -math.inf:
+                hint = ("Some row's sum of exp came to 0 and log 0 = -inf: subtract each row's own max (dim=-1, "
+                        "keepdim=True), not the largest logit of the whole tensor; rows far below that one have every "
+                        "exp(z - max) underflow to 0")
+            else:
+                hint = ("A naive softmax overflows: exp(1e4) is inf in float32 (exp(89) already is) and inf / inf is "
+                        "nan; or a probability underflowed to 0 before the log. Subtract each row's max before exp "
+                        "and stay in log space: log p_y = z_y - max - log sum exp(z - max)")
+            raise AssertionError(f"{what}: got {got!r}, expected F.cross_entropy's {want:.6g}. {hint}")
+        assert abs(got - want) <= 1e-5 * max(1.0, abs(want)), (
+            f"{what}: got {got:.8g}, expected F.cross_entropy's {want:.8g}. Likely: {_ce_hint(got, z, y)}")
+    print(f"Exercise 5: correct (stable at logits of 1e4, where exp overflows; first case {first:.4f} nats)")
+
+
+EXERCISES = {1: "my_rmsnorm", 2: "my_rope", 3: "my_swiglu", 4: "my_forward", 5: "my_cross_entropy"}

@@ -1,12 +1,12 @@
 """Self-checks for lesson 04's exercises: the cached greedy decoding loop (against the library's generation and
 a full forward per step), top-p filtering (against `minwiola.generate.top_p_filter`), and the worst waste of a
-paged cache. A function that still returns None is "not attempted yet". Solutions: `solutions/lesson04.py`."""
+paged cache; the share of distinct n-grams (against `minwiola.generate.story_statistics`). A function that still returns None is "not attempted yet". Solutions: `solutions/lesson04.py`."""
 import math
 
 import torch
 
-from exercises import attempted
-from minwiola.generate import generate_ids, top_p_filter
+from exercises import attempted, close
+from minwiola.generate import generate_ids, story_statistics, top_p_filter, words
 from minwiola.model import LanguageModel, preset
 
 
@@ -100,4 +100,23 @@ def check_3(worst_paged_waste) -> None:
     print("Exercise 3: correct")
 
 
-EXERCISES = {1: "my_decode", 2: "my_top_p", 3: "worst_paged_waste"}
+def check_4(my_distinct) -> None:
+    """my_distinct(words, n): the share of distinct n-grams among a list of words' n-grams."""
+    story = "the cat sat on the mat and the cat ran to the mat".split()
+    if not attempted(my_distinct(story, 1), 4):
+        return
+    again = "the cat sat on the mat the cat sat on a hat the cat sat".split()    # repeated 2-, 3- and 4-grams
+    for text in (story, again):
+        for n in (1, 2, 3, 4):
+            grams = list(zip(*(text[i:] for i in range(n))))
+            close(my_distinct(text, n), len(set(grams)) / len(grams), f"n = {n} on {' '.join(text)!r} "
+                  f"({len(grams)} {n}-grams, {len(set(grams))} distinct)")
+    text = "Once upon a time, a dog and a cat played. The dog ran and the cat ran. The dog and the cat slept."
+    w = words(text)
+    stats = story_statistics([text], n_words=len(w))
+    close(my_distinct(w, 1), stats["distinct_1"], "distinct-1 against minwiola.generate.story_statistics")
+    close(my_distinct(w, 2), stats["distinct_2"], "distinct-2 against minwiola.generate.story_statistics")
+    print(f"Exercise 4: correct (2-gram repetition of that text: {1 - my_distinct(w, 2):.3f})")
+
+
+EXERCISES = {1: "my_decode", 2: "my_top_p", 3: "worst_paged_waste", 4: "my_distinct"}

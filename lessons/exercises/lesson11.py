@@ -1,53 +1,158 @@
 """Self-checks for lesson 11's exercises. Each `check_N(fn)` runs the learner's function on cases whose answers
 the library knows, and says what is wrong (which input, what came back, what was expected). A function that
 still returns None is "not attempted yet". Solutions: `solutions/lesson11.py` (look after trying)."""
-import math
-
 import torch
 
 from exercises import attempted, close, same_tensor
-from minwiola.generate import story_statistics
 from minwiola.train import learning_rate
 
 
-def check_1(bits_per_byte) -> None:
-    """bits_per_byte(nats_per_token, bytes_per_token)."""
-    if not attempted(bits_per_byte(1.0, 1.0), 1):
-        return
-    close(bits_per_byte(math.log(2), 1.0), 1.0, "ln 2 nats per token, 1 byte per token (one bit per byte)")
-    close(bits_per_byte(math.log(2), 4.0), 0.25, "ln 2 nats per token, 4 bytes per token (divide by the bytes)")
-    close(bits_per_byte(3.0, 4.2), 3.0 / (math.log(2) * 4.2), "3 nats per token, 4.2 bytes per token")
-    print("Exercise 1: correct")
-
-
-def check_2(rate_at) -> None:
+def check_1(rate_at) -> None:
     """rate_at(step): eq. 43 for 2,000 steps, peak 3e-3, 5% warm-up."""
-    if not attempted(rate_at(0), 2):
+    if not attempted(rate_at(0), 1):
         return
     for step in (0, 1, 37, 99, 100, 101, 1000, 1999, 2000):
         close(rate_at(step), learning_rate(step / 2000, 3e-3, 0.05),
               f"step {step} (progress {step / 2000:g}; warm-up ends at step 100)", 1e-9)
-    print("Exercise 2: correct (the peak is reached at step 100)")
+    print("Exercise 1: correct (the peak is reached at step 100)")
 
 
-def check_3(distinct) -> None:
-    """distinct(words, n): the share of distinct n-grams among a list of words' n-grams."""
-    story = "the cat sat on the mat and the cat ran to the mat".split()
-    if not attempted(distinct(story, 1), 3):
+def _adamw_replay(p, grads, lrs, betas, eps, wd, *, bias=True, l2=False, eps_inside=False, offset=0,
+                  decay="decoupled", fresh=False):
+    """Hand-written AdamW over the given steps; the switches make one of the plausible mistakes, to name it."""
+    b1, b2 = betas
+    m, v, p = torch.zeros_like(p), torch.zeros_like(p), p.clone()
+    for t, (g, lr) in enumerate(zip(grads, lrs), 1):
+        if fresh:
+            m, v, t = torch.zeros_like(p), torch.zeros_like(p), 1
+        g = g + wd * p if l2 else g
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        t += offset
+        m_hat, v_hat = (m / (1 - b1 ** t), v / (1 - b2 ** t)) if bias else (m, v)
+        step = lr * m_hat / ((v_hat + eps).sqrt() if eps_inside else v_hat.sqrt() + eps)
+        if decay == "decoupled" and not l2:
+            p = p * (1 - lr * wd) - step
+        elif decay == "without lr":
+            p = p * (1 - wd) - step
+        elif decay == "after":
+            p = (p - step) * (1 - lr * wd)
+        else:
+            p = p - step
+    return p
+
+
+def _adamw_hint(learner, grads, lrs, betas, eps, wd) -> str:
+    """Replay the steps so far with each plausible mistake; name the one whose weights the learner's match."""
+    b1, b2 = betas
+    mistakes = {
+        "no bias correction: divide m by (1 - beta1^t) and v by (1 - beta2^t), or the first steps are far too "
+        "small (m and v start at 0)": dict(bias=False),
+        "the weight decay was added to the gradient (L2 regularisation, Adam's old form); AdamW decouples it: "
+        "multiply the weights by (1 - lr * weight_decay), outside m and v": dict(l2=True),
+        f"eps went inside the square root: the denominator is sqrt(v_hat) + eps, not sqrt(v_hat + eps) (with "
+        f"eps = {eps:g} and gradients this small, the difference shows)": dict(eps_inside=True),
+        "the step count is one too high in the bias correction: the first step is t = 1": dict(offset=1),
+        "the decay is lr * weight_decay per step, not weight_decay alone (the rate scales it)":
+            dict(decay="without lr"),
+        "the weights were not decayed at all (that is Adam; AdamW also multiplies them by 1 - lr * weight_decay)":
+            dict(decay="none"),
+        "the decay was applied after the Adam update; torch.optim.AdamW (and the paper) decays the weights the "
+        "step started from": dict(decay="after"),
+        "m, v and the step count were not kept between calls: store them in `state` (every step looked like a "
+        "first step)": dict(fresh=True),
+    }
+    for hint, switch in mistakes.items():
+        if torch.allclose(learner, _adamw_replay(_ADAM_P0, grads, lrs, betas, eps, wd, **switch),
+                          atol=1e-10, rtol=0):
+            return hint
+    return (f"AdamW at step t: m = {b1} m + (1 - {b1}) g, v = {b2} v + (1 - {b2}) g^2, m_hat = m / (1 - {b1}^t), "
+            f"v_hat = v / (1 - {b2}^t), p = p (1 - lr wd) - lr m_hat / (sqrt(v_hat) + eps)")
+
+
+_ADAM_P0 = torch.linspace(-1.5, 1.5, 12, dtype=torch.float64).reshape(3, 4)
+
+
+def check_2(adamw_step) -> None:
+    """adamw_step(p, grad, state, lr, betas, eps, weight_decay): one AdamW step for one tensor; returns the new p."""
+    betas, eps, wd = (0.9, 0.95), 1e-6, 0.1
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(3, 4, generator=g, dtype=torch.float64) * 1e-3 for _ in range(5)]   # eps shows beside them
+    lrs = [0.1, 0.2, 0.05, 0.1, 0.3]                                  # a schedule: the rate changes every step
+    state = {}
+    p = adamw_step(_ADAM_P0.clone(), grads[0].clone(), state, lrs[0], betas, eps, wd)
+    if not attempted(p, 2):
         return
-    from minwiola.generate import words
-    again = "the cat sat on the mat the cat sat on a hat the cat sat".split()    # repeated 2-, 3- and 4-grams
-    for text in (story, again):
-        for n in (1, 2, 3, 4):
-            grams = list(zip(*(text[i:] for i in range(n))))
-            close(distinct(text, n), len(set(grams)) / len(grams), f"n = {n} on {' '.join(text)!r} "
-                  f"({len(grams)} {n}-grams, {len(set(grams))} distinct)")
-    text = "Once upon a time, a dog and a cat played. The dog ran and the cat ran. The dog and the cat slept."
-    w = words(text)
-    stats = story_statistics([text], n_words=len(w))
-    close(distinct(w, 1), stats["distinct_1"], "distinct-1 against minwiola.generate.story_statistics")
-    close(distinct(w, 2), stats["distinct_2"], "distinct-2 against minwiola.generate.story_statistics")
-    print(f"Exercise 3: correct (2-gram repetition of that text: {1 - distinct(w, 2):.3f})")
+    ref = torch.nn.Parameter(_ADAM_P0.clone())
+    opt = torch.optim.AdamW([ref], lr=lrs[0], betas=betas, eps=eps, weight_decay=wd)
+    for t, (grad, lr) in enumerate(zip(grads, lrs), 1):
+        if t > 1:
+            p = adamw_step(p, grad.clone(), state, lr, betas, eps, wd)
+        opt.param_groups[0]["lr"] = lr
+        ref.grad = grad.clone()
+        opt.step()
+        what = (f"after step {t} (rates {lrs[:t]}, betas {betas}, eps {eps:g}, weight decay {wd}), your p against "
+                "torch.optim.AdamW's")
+        hint = ""
+        if isinstance(p, torch.Tensor) and p.shape == ref.shape:
+            if not torch.isfinite(p).all():
+                hint = ("not finite: at t = 0 the bias correction 1 - beta^t is 0; count the step before using it "
+                        "(the first step is t = 1)")
+            elif not torch.allclose(p, ref.detach(), atol=1e-10, rtol=0):
+                hint = "likely: " + _adamw_hint(p, grads[:t], lrs[:t], betas, eps, wd)
+        same_tensor(p, ref.detach(), what, 1e-10, hint)
+    print("Exercise 2: correct (5 steps equal torch.optim.AdamW's to 1e-10)")
+
+
+def _clip_variants(grads, max_norm):
+    """The plausible mistakes of gradient clipping, each as the gradients it would produce."""
+    norms = [g.norm() for g in grads]
+    total = torch.stack(norms).norm()
+    return {"each tensor was clipped by its own norm; the clip is by the global norm, over all the tensors "
+            "together (sqrt of the sum of every entry's square), so that all keep their relative sizes":
+            [g * min(1.0, max_norm / float(n)) for g, n in zip(grads, norms)],
+            "that clips each entry to [-max_norm, max_norm] (clipping by value); clip by the global norm instead":
+            [g.clamp(-max_norm, max_norm) for g in grads],
+            "the gradients were scaled to norm max_norm although their norm was already below it: scale only when "
+            "the norm is above max_norm (the factor is min(1, max_norm / norm))":
+            [g * max_norm / float(total) for g in grads],
+            "the global norm is sqrt(sum of the tensors' squared norms), not the sum of their norms":
+            [g * min(1.0, max_norm / float(sum(norms))) for g in grads],
+            "the global norm is the square root of the sum of squares; the square root is missing":
+            [g * min(1.0, max_norm / float(total ** 2)) for g in grads]}
+
+
+def check_3(clip_global_norm) -> None:
+    """clip_global_norm(grads, max_norm): the list of gradients scaled so that their global norm is at most
+    max_norm, as torch.nn.utils.clip_grad_norm_ does."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [(4, 5), (5,), (3, 3)]
+    first = [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
+    if not attempted(clip_global_norm([x.clone() for x in first], 1.0), 3):
+        return
+    cases = [("3 tensors of global norm about 5, max_norm 1", first, 1.0),
+             ("the same tensors, max_norm 100 (the norm is already below)", first, 100.0),
+             ("4 tensors of norm 0.8 each (global norm 1.6), max_norm 1",
+              [torch.full((4,), 0.4, dtype=torch.float64) for _ in range(4)], 1.0),
+             ("a tensor of norm 10 beside two of norm 0.1, max_norm 1",
+              [torch.full((4,), 5.0, dtype=torch.float64), torch.full((4,), 0.05, dtype=torch.float64),
+               torch.full((1,), 0.1, dtype=torch.float64)], 1.0)]
+    for what, grads, max_norm in cases:
+        params = [torch.nn.Parameter(torch.zeros_like(x)) for x in grads]
+        for prm, x in zip(params, grads):
+            prm.grad = x.clone()
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+        got = clip_global_norm([x.clone() for x in grads], max_norm)
+        assert isinstance(got, (list, tuple)) and len(got) == len(grads), (
+            f"{what}: expected a list of {len(grads)} tensors (one per gradient), got {type(got).__name__}"
+            f"{f' of {len(got)}' if isinstance(got, (list, tuple)) else ''}")
+        hint = ""
+        if all(isinstance(x, torch.Tensor) and x.shape == p.grad.shape for x, p in zip(got, params)):
+            hint = next((h for h, v in _clip_variants(grads, max_norm).items()          # to 1e-5: with or without
+                         if all(torch.allclose(x, w, atol=1e-5, rtol=0) for x, w in zip(got, v))), "")   # torch's 1e-6
+        for i, (x, prm) in enumerate(zip(got, params)):
+            same_tensor(x, prm.grad, f"{what}: gradient {i}, against torch.nn.utils.clip_grad_norm_", 1e-6,
+                        f"likely: {hint}" if hint else "")
+    print("Exercise 3: correct (one factor for all the tensors, and none when the norm is already small)")
 
 
 def _step_case():
@@ -119,257 +224,7 @@ def _diagnose(learner, steps: int, lr: float, clip: float) -> str:
             "clip, step, zero the gradients)")
 
 
-def _rank_case(sizes, seed=0):
-    """A linear model's mean-squared-error gradient, the whole batch's and each rank's shard's (the shard's own mean
-    loss, as a rank computes it), for shards of `sizes` rows."""
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randn(3, generator=g, dtype=torch.float64)
-    x = torch.randn(sum(sizes), 3, generator=g, dtype=torch.float64)
-    y = torch.randn(sum(sizes), generator=g, dtype=torch.float64)
-    grad = lambda rows: torch.func.grad(lambda v: ((x[rows] @ v - y[rows]) ** 2).mean())(w)
-    starts = [sum(sizes[:r]) for r in range(len(sizes))]
-    return grad(slice(None)), [grad(slice(s, s + n)) for s, n in zip(starts, sizes)]
-
-
-def _combine_hint(got, whole, ranks) -> str:
-    """What a wrong `combine` most likely did, judged from its answer on one case."""
-    if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(whole.shape):
-        return ""                                        # same_tensor already says what the type or shape is
-    if got.dtype != whole.dtype:
-        return f"keep the gradients' dtype ({whole.dtype}): the check compares to 1e-12"
-    if torch.allclose(got, sum(ranks)):
-        return "each rank's gradient is already a mean over its rows: the batch's mean is their average, not sum"
-    ratio = got / whole
-    if torch.allclose(ratio, ratio.flatten()[0].expand_as(ratio)):
-        return f"your answer is {ratio.flatten()[0].item():.4g} times the batch's gradient: divide by the total rows"
-    return ""
-
-
-def check_5(combine) -> None:
-    """combine(rank_grads, rank_rows): the gradient of the mean loss over all rows, from each rank's gradient of its
-    own shard's mean loss and the shard's number of rows."""
-    whole, ranks = _rank_case([4, 4])
-    if not attempted(combine(ranks, [4, 4]), 5):
-        return
-    got = combine(ranks, [4, 4])
-    same_tensor(got, whole, "two ranks of 4 rows each", 1e-12, _combine_hint(got, whole, ranks))
-    for sizes in ([4, 4, 4, 4], [8]):
-        whole, ranks = _rank_case(sizes, 1)
-        got = combine(ranks, sizes)
-        same_tensor(got, whole, f"{len(sizes)} rank(s) of {sizes[0]} rows", 1e-12, _combine_hint(got, whole, ranks))
-    sizes = [3, 5]
-    whole, ranks = _rank_case(sizes, 2)
-    plain = sum(ranks) / len(ranks)
-    got = combine(ranks, sizes)
-    hint = ("that is the plain mean of the two gradients, what DDP's all-reduce computes: with shards of 3 and 5 rows "
-            "each row of the smaller one would count 5/3 as much; weight each rank by its rows" if
-            isinstance(got, torch.Tensor) and got.shape == plain.shape and torch.allclose(got, plain) else
-            _combine_hint(got, whole, ranks) or "weight each rank's gradient by its rows")
-    same_tensor(got, whole, "shards of 3 and 5 rows (a batch that does not split evenly)", 1e-12, hint)
-    print("Exercise 5: correct (weights by rows; with equal shards that is DDP's plain average)")
-
-
-def _one_number(got, what: str) -> float:
-    """A Python number or a one-element tensor as a float; otherwise say what came back."""
-    if isinstance(got, torch.Tensor) and got.numel() != 1:
-        raise AssertionError(f"{what}: got a tensor of shape {tuple(got.shape)}; the loss is one number, the mean "
-                             "over the rows")
-    try:
-        return float(got)
-    except (TypeError, ValueError):
-        raise AssertionError(f"{what}: expected a number, got {got!r}") from None
-
-
-def _ce_hint(got: float, logits, targets) -> str:
-    """What a wrong cross-entropy most likely did, judged from its value on one case."""
-    n = len(targets)
-    picked = logits.gather(-1, targets[:, None]).squeeze(-1)
-    m = logits.max(-1, keepdim=True).values
-    guesses = {"the mean over the rows, not their sum (divide by the number of rows)":
-               torch.nn.functional.cross_entropy(logits, targets, reduction="sum"),
-               "the loss is minus the log-probability of the target: the sign is flipped":
-               -torch.nn.functional.cross_entropy(logits, targets),
-               "after subtracting each row's max m, add it back: log sum exp(z) = m + log sum exp(z - m)":
-               ((logits - m).exp().sum(-1).log() - picked).mean()}
-    for hint, value in guesses.items():
-        if abs(got - float(value)) <= 1e-6 * max(1.0, abs(float(value))):
-            return hint
-    if n and abs(got * n - float(torch.nn.functional.cross_entropy(logits, targets))) < 1e-6:
-        return "divide by the number of rows once, not twice"
-    return "loss = mean over rows of (log sum_j exp z_j - z_target), with each row's max subtracted inside the exp"
-
-
-def check_6(cross_entropy) -> None:
-    """cross_entropy(logits, targets): the mean over rows of -log softmax(logits)[row, target], computed stably."""
-    g = torch.Generator().manual_seed(0)
-    logits = torch.randn(5, 7, generator=g, dtype=torch.float64)
-    targets = torch.tensor([0, 3, 6, 2, 2])
-    first = cross_entropy(logits.clone(), targets.clone())
-    if not attempted(first, 6):
-        return
-    F = torch.nn.functional
-    cases = [("5 rows of 7 logits drawn from N(0, 1) (float64)", logits, targets)]
-    big = torch.randn(4, 50, generator=g) * 1e4                      # float32, the training dtype
-    cases.append(("4 rows of 50 float32 logits of size about 1e4", big, torch.tensor([1, 7, 30, 49])))
-    mixed = torch.cat([torch.randn(1, 50, generator=g) * 1e4, torch.randn(2, 50, generator=g)])
-    cases.append(("3 float32 rows, the first of size 1e4 and two of size 1", mixed, torch.tensor([4, 5, 6])))
-    for what, z, y in cases:
-        got = _one_number(cross_entropy(z.clone(), y.clone()), what)
-        want = float(F.cross_entropy(z, y))
-        if not math.isfinite(got):
-            if got == -math.inf:
-                hint = ("Some row's sum of exp came to 0 and log 0 = -inf: subtract each row's own max (dim=-1, "
-                        "keepdim=True), not the largest logit of the whole tensor; rows far below that one have every "
-                        "exp(z - max) underflow to 0")
-            else:
-                hint = ("A naive softmax overflows: exp(1e4) is inf in float32 (exp(89) already is) and inf / inf is "
-                        "nan; or a probability underflowed to 0 before the log. Subtract each row's max before exp "
-                        "and stay in log space: log p_y = z_y - max - log sum exp(z - max)")
-            raise AssertionError(f"{what}: got {got!r}, expected F.cross_entropy's {want:.6g}. {hint}")
-        assert abs(got - want) <= 1e-5 * max(1.0, abs(want)), (
-            f"{what}: got {got:.8g}, expected F.cross_entropy's {want:.8g}. Likely: {_ce_hint(got, z, y)}")
-    print(f"Exercise 6: correct (stable at logits of 1e4, where exp overflows; first case {first:.4f} nats)")
-
-
-def _adamw_replay(p, grads, lrs, betas, eps, wd, *, bias=True, l2=False, eps_inside=False, offset=0,
-                  decay="decoupled", fresh=False):
-    """Hand-written AdamW over the given steps; the switches make one of the plausible mistakes, to name it."""
-    b1, b2 = betas
-    m, v, p = torch.zeros_like(p), torch.zeros_like(p), p.clone()
-    for t, (g, lr) in enumerate(zip(grads, lrs), 1):
-        if fresh:
-            m, v, t = torch.zeros_like(p), torch.zeros_like(p), 1
-        g = g + wd * p if l2 else g
-        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
-        t += offset
-        m_hat, v_hat = (m / (1 - b1 ** t), v / (1 - b2 ** t)) if bias else (m, v)
-        step = lr * m_hat / ((v_hat + eps).sqrt() if eps_inside else v_hat.sqrt() + eps)
-        if decay == "decoupled" and not l2:
-            p = p * (1 - lr * wd) - step
-        elif decay == "without lr":
-            p = p * (1 - wd) - step
-        elif decay == "after":
-            p = (p - step) * (1 - lr * wd)
-        else:
-            p = p - step
-    return p
-
-
-def _adamw_hint(learner, grads, lrs, betas, eps, wd) -> str:
-    """Replay the steps so far with each plausible mistake; name the one whose weights the learner's match."""
-    b1, b2 = betas
-    mistakes = {
-        "no bias correction: divide m by (1 - beta1^t) and v by (1 - beta2^t), or the first steps are far too "
-        "small (m and v start at 0)": dict(bias=False),
-        "the weight decay was added to the gradient (L2 regularisation, Adam's old form); AdamW decouples it: "
-        "multiply the weights by (1 - lr * weight_decay), outside m and v": dict(l2=True),
-        f"eps went inside the square root: the denominator is sqrt(v_hat) + eps, not sqrt(v_hat + eps) (with "
-        f"eps = {eps:g} and gradients this small, the difference shows)": dict(eps_inside=True),
-        "the step count is one too high in the bias correction: the first step is t = 1": dict(offset=1),
-        "the decay is lr * weight_decay per step, not weight_decay alone (the rate scales it)":
-            dict(decay="without lr"),
-        "the weights were not decayed at all (that is Adam; AdamW also multiplies them by 1 - lr * weight_decay)":
-            dict(decay="none"),
-        "the decay was applied after the Adam update; torch.optim.AdamW (and the paper) decays the weights the "
-        "step started from": dict(decay="after"),
-        "m, v and the step count were not kept between calls: store them in `state` (every step looked like a "
-        "first step)": dict(fresh=True),
-    }
-    for hint, switch in mistakes.items():
-        if torch.allclose(learner, _adamw_replay(_ADAM_P0, grads, lrs, betas, eps, wd, **switch),
-                          atol=1e-10, rtol=0):
-            return hint
-    return (f"AdamW at step t: m = {b1} m + (1 - {b1}) g, v = {b2} v + (1 - {b2}) g^2, m_hat = m / (1 - {b1}^t), "
-            f"v_hat = v / (1 - {b2}^t), p = p (1 - lr wd) - lr m_hat / (sqrt(v_hat) + eps)")
-
-
-_ADAM_P0 = torch.linspace(-1.5, 1.5, 12, dtype=torch.float64).reshape(3, 4)
-
-
-def check_7(adamw_step) -> None:
-    """adamw_step(p, grad, state, lr, betas, eps, weight_decay): one AdamW step for one tensor; returns the new p."""
-    betas, eps, wd = (0.9, 0.95), 1e-6, 0.1
-    g = torch.Generator().manual_seed(0)
-    grads = [torch.randn(3, 4, generator=g, dtype=torch.float64) * 1e-3 for _ in range(5)]   # eps shows beside them
-    lrs = [0.1, 0.2, 0.05, 0.1, 0.3]                                  # a schedule: the rate changes every step
-    state = {}
-    p = adamw_step(_ADAM_P0.clone(), grads[0].clone(), state, lrs[0], betas, eps, wd)
-    if not attempted(p, 7):
-        return
-    ref = torch.nn.Parameter(_ADAM_P0.clone())
-    opt = torch.optim.AdamW([ref], lr=lrs[0], betas=betas, eps=eps, weight_decay=wd)
-    for t, (grad, lr) in enumerate(zip(grads, lrs), 1):
-        if t > 1:
-            p = adamw_step(p, grad.clone(), state, lr, betas, eps, wd)
-        opt.param_groups[0]["lr"] = lr
-        ref.grad = grad.clone()
-        opt.step()
-        what = (f"after step {t} (rates {lrs[:t]}, betas {betas}, eps {eps:g}, weight decay {wd}), your p against "
-                "torch.optim.AdamW's")
-        hint = ""
-        if isinstance(p, torch.Tensor) and p.shape == ref.shape:
-            if not torch.isfinite(p).all():
-                hint = ("not finite: at t = 0 the bias correction 1 - beta^t is 0; count the step before using it "
-                        "(the first step is t = 1)")
-            elif not torch.allclose(p, ref.detach(), atol=1e-10, rtol=0):
-                hint = "likely: " + _adamw_hint(p, grads[:t], lrs[:t], betas, eps, wd)
-        same_tensor(p, ref.detach(), what, 1e-10, hint)
-    print("Exercise 7: correct (5 steps equal torch.optim.AdamW's to 1e-10)")
-
-
-def _clip_variants(grads, max_norm):
-    """The plausible mistakes of gradient clipping, each as the gradients it would produce."""
-    norms = [g.norm() for g in grads]
-    total = torch.stack(norms).norm()
-    return {"each tensor was clipped by its own norm; the clip is by the global norm, over all the tensors "
-            "together (sqrt of the sum of every entry's square), so that all keep their relative sizes":
-            [g * min(1.0, max_norm / float(n)) for g, n in zip(grads, norms)],
-            "that clips each entry to [-max_norm, max_norm] (clipping by value); clip by the global norm instead":
-            [g.clamp(-max_norm, max_norm) for g in grads],
-            "the gradients were scaled to norm max_norm although their norm was already below it: scale only when "
-            "the norm is above max_norm (the factor is min(1, max_norm / norm))":
-            [g * max_norm / float(total) for g in grads],
-            "the global norm is sqrt(sum of the tensors' squared norms), not the sum of their norms":
-            [g * min(1.0, max_norm / float(sum(norms))) for g in grads],
-            "the global norm is the square root of the sum of squares; the square root is missing":
-            [g * min(1.0, max_norm / float(total ** 2)) for g in grads]}
-
-
-def check_8(clip_global_norm) -> None:
-    """clip_global_norm(grads, max_norm): the list of gradients scaled so that their global norm is at most
-    max_norm, as torch.nn.utils.clip_grad_norm_ does."""
-    g = torch.Generator().manual_seed(0)
-    shapes = [(4, 5), (5,), (3, 3)]
-    first = [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
-    if not attempted(clip_global_norm([x.clone() for x in first], 1.0), 8):
-        return
-    cases = [("3 tensors of global norm about 5, max_norm 1", first, 1.0),
-             ("the same tensors, max_norm 100 (the norm is already below)", first, 100.0),
-             ("4 tensors of norm 0.8 each (global norm 1.6), max_norm 1",
-              [torch.full((4,), 0.4, dtype=torch.float64) for _ in range(4)], 1.0),
-             ("a tensor of norm 10 beside two of norm 0.1, max_norm 1",
-              [torch.full((4,), 5.0, dtype=torch.float64), torch.full((4,), 0.05, dtype=torch.float64),
-               torch.full((1,), 0.1, dtype=torch.float64)], 1.0)]
-    for what, grads, max_norm in cases:
-        params = [torch.nn.Parameter(torch.zeros_like(x)) for x in grads]
-        for prm, x in zip(params, grads):
-            prm.grad = x.clone()
-        torch.nn.utils.clip_grad_norm_(params, max_norm)
-        got = clip_global_norm([x.clone() for x in grads], max_norm)
-        assert isinstance(got, (list, tuple)) and len(got) == len(grads), (
-            f"{what}: expected a list of {len(grads)} tensors (one per gradient), got {type(got).__name__}"
-            f"{f' of {len(got)}' if isinstance(got, (list, tuple)) else ''}")
-        hint = ""
-        if all(isinstance(x, torch.Tensor) and x.shape == p.grad.shape for x, p in zip(got, params)):
-            hint = next((h for h, v in _clip_variants(grads, max_norm).items()          # to 1e-5: with or without
-                         if all(torch.allclose(x, w, atol=1e-5, rtol=0) for x, w in zip(got, v))), "")   # torch's 1e-6
-        for i, (x, prm) in enumerate(zip(got, params)):
-            same_tensor(x, prm.grad, f"{what}: gradient {i}, against torch.nn.utils.clip_grad_norm_", 1e-6,
-                        f"likely: {hint}" if hint else "")
-    print("Exercise 8: correct (one factor for all the tensors, and none when the norm is already small)")
-
-
-# ------------------------------------------------------------------------------ exercises 9-10: checkpoints
+# -------------------------------------------------------------------- exercise 5: the checkpoint round trip
 _PIECES = {"model": "the weights (model.state_dict())",
            "optimizer": "AdamW's state (optimizer.state_dict(): m, v and the step count of every parameter); "
                         "without it the first resumed step is a first step again, bias correction and all",
@@ -448,60 +303,119 @@ def _continue_and_compare(model, opt, gen, step, what: str, hint: str) -> None:
         f"{'. ' + hint if hint else ''}")
 
 
-def check_9(save_checkpoint) -> None:
-    """save_checkpoint(path, model, optimizer, step, generator): write with torch.save a dict with the keys
-    "model", "optimizer", "step", "torch_rng", "data_rng"."""
+def _load_half(save, load):
+    """The learner's load_checkpoint: the one passed, else the one defined beside save_checkpoint (the grader and the
+    tests call every check with one function; in a notebook both halves live in the same namespace)."""
+    return load if load is not None else getattr(save, "__globals__", {}).get("load_checkpoint")
+
+
+def check_5(save_checkpoint, load_checkpoint=None) -> None:
+    """The checkpoint round trip. save_checkpoint(path, model, optimizer, step, generator) writes with torch.save a
+    dict with the keys "model", "optimizer", "step", "torch_rng", "data_rng"; load_checkpoint(path, model, optimizer,
+    generator) puts it back into fresh objects and returns the step. A run saved with your save after 3 steps, loaded
+    with your load and continued 3 more must equal 6 steps straight through; a failure names the half that is wrong."""
     import tempfile
     from pathlib import Path
+    load = _load_half(save_checkpoint, load_checkpoint)
     with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "checkpoint.pt"
         model, opt, gen, truth = _started()
         save_checkpoint(path, model, opt, 3, gen)
-        if not attempted(True if path.exists() else None, 9):
-            return
+        if not path.exists():                          # the save half untouched: is the load half written?
+            torch.save(truth, path)
+            model, opt, gen = _scrambled()
+            before = {k: v.clone() for k, v in model.state_dict().items()}
+            step = load(path, model, opt, gen) if load is not None else None
+            changed = any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
+            if not attempted(True if step is not None or changed else None, 5):
+                return
+            raise AssertionError("your save_checkpoint wrote no file at `path`: torch.save the dict there")
         saved = torch.load(path, weights_only=False)
-        assert isinstance(saved, dict), f"your checkpoint file holds a {type(saved).__name__}, expected a dict"
+        assert isinstance(saved, dict), (f"your save_checkpoint: the file holds a {type(saved).__name__}, expected "
+                                         "a dict")
         gone = [k for k in _PIECES if k not in saved]
-        assert not gone, ("your checkpoint has no " + ", no ".join(f"{k!r}: {_PIECES[k]}" for k in gone) +
-                          ". A continued run without it is a different run")
+        assert not gone, ("your save_checkpoint: the checkpoint has no " +
+                          ", no ".join(f"{k!r}: {_PIECES[k]}" for k in gone) + ". A continued run without it is a "
+                          "different run")
+        piece = _missing(*_put_back(saved), saved["step"], truth)
+        assert not piece, (f"your save_checkpoint: saved after step 3, the checkpoint's {piece!r} (it begins "
+                           f"{str(saved[piece])[:40]!r}) is not what the run had then; it must hold {_PIECES[piece]}")
+        assert load is not None, ("your save_checkpoint is right; define load_checkpoint beside it (or pass it: "
+                                  "check_5(save_checkpoint, load_checkpoint))")
         model, opt, gen = _scrambled()
-        try:
-            model.load_state_dict(saved["model"])
-            opt.load_state_dict(saved["optimizer"])
-            torch.set_rng_state(saved["torch_rng"])
-            gen.set_state(saved["data_rng"])
-        except (TypeError, ValueError, RuntimeError, KeyError, AttributeError) as e:
-            raise AssertionError(f"loading your checkpoint back failed ({type(e).__name__}: {str(e)[:200]}): save "
-                                 "model.state_dict(), optimizer.state_dict(), torch.get_rng_state() and "
-                                 "generator.get_state()") from None
-        piece = _missing(model, opt, gen, saved["step"], truth)
-        assert not piece, (f"saved after step 3, your checkpoint's {piece!r} (it begins {str(saved[piece])[:40]!r}) "
-                           f"is not what the run had then; it must hold {_PIECES[piece]}")
-        _continue_and_compare(model, opt, gen, saved["step"], "your checkpoint", "")
-    print("Exercise 9: correct (the run continued from your checkpoint equals the uninterrupted one, bit for bit)")
-
-
-def check_10(load_checkpoint) -> None:
-    """load_checkpoint(path, model, optimizer, generator): put a checkpoint written as in exercise 9 back into
-    fresh objects; return the step."""
-    import tempfile
-    from pathlib import Path
-    with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "checkpoint.pt"
-        _, _, _, truth = _started()
-        torch.save(truth, path)
-        model, opt, gen = _scrambled()
-        before = {k: v.clone() for k, v in model.state_dict().items()}
-        step = load_checkpoint(path, model, opt, gen)
-        changed = any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
-        if not attempted(True if step is not None or changed else None, 10):   # weights loaded: attempted
-            return
+        step = load(path, model, opt, gen)
         piece = _missing(model, opt, gen, step, truth)
-        assert not piece, (f"after loading a checkpoint saved at step 3, the fresh objects lack {_PIECES[piece]}"
-                           f"{f' (you returned {step!r}: return the saved step)' if piece == 'step' else ''}")
-        _continue_and_compare(model, opt, gen, step, "after your load_checkpoint", "")
-    print("Exercise 10: correct (everything the next step draws on is back: the run continues bit for bit)")
+        assert not piece, (f"your load_checkpoint: after loading a checkpoint saved at step 3, the fresh objects lack "
+                           f"{_PIECES[piece]}{f' (you returned {step!r}: return the saved step)' if piece == 'step' else ''}")
+        _continue_and_compare(model, opt, gen, step, "after your save and load", "")
+    print("Exercise 5: correct (saved, loaded and continued, the run equals the uninterrupted one, bit for bit)")
 
 
-EXERCISES = {1: "bits_per_byte", 2: "rate_at", 3: "distinct", 4: "train_step", 5: "combine", 6: "cross_entropy",
-             7: "adamw_step", 8: "clip_global_norm", 9: "save_checkpoint", 10: "load_checkpoint"}   # check -> name
+def _put_back(saved: dict):
+    """Fresh objects with a checkpoint dict put back the reference way, to judge the save half on its own."""
+    model, opt, gen = _scrambled()
+    try:
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        torch.set_rng_state(saved["torch_rng"])
+        gen.set_state(saved["data_rng"])
+    except (TypeError, ValueError, RuntimeError, KeyError, AttributeError) as e:
+        raise AssertionError(f"your save_checkpoint: loading the checkpoint back failed ({type(e).__name__}: "
+                             f"{str(e)[:200]}): save model.state_dict(), optimizer.state_dict(), torch.get_rng_state() "
+                             "and generator.get_state()") from None
+    return model, opt, gen
+
+
+def _rank_case(sizes, seed=0):
+    """A linear model's mean-squared-error gradient, the whole batch's and each rank's shard's (the shard's own mean
+    loss, as a rank computes it), for shards of `sizes` rows."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(3, generator=g, dtype=torch.float64)
+    x = torch.randn(sum(sizes), 3, generator=g, dtype=torch.float64)
+    y = torch.randn(sum(sizes), generator=g, dtype=torch.float64)
+    grad = lambda rows: torch.func.grad(lambda v: ((x[rows] @ v - y[rows]) ** 2).mean())(w)
+    starts = [sum(sizes[:r]) for r in range(len(sizes))]
+    return grad(slice(None)), [grad(slice(s, s + n)) for s, n in zip(starts, sizes)]
+
+
+def _combine_hint(got, whole, ranks) -> str:
+    """What a wrong `combine` most likely did, judged from its answer on one case."""
+    if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(whole.shape):
+        return ""                                        # same_tensor already says what the type or shape is
+    if got.dtype != whole.dtype:
+        return f"keep the gradients' dtype ({whole.dtype}): the check compares to 1e-12"
+    if torch.allclose(got, sum(ranks)):
+        return "each rank's gradient is already a mean over its rows: the batch's mean is their average, not sum"
+    ratio = got / whole
+    if torch.allclose(ratio, ratio.flatten()[0].expand_as(ratio)):
+        return f"your answer is {ratio.flatten()[0].item():.4g} times the batch's gradient: divide by the total rows"
+    return ""
+
+
+def check_6(combine) -> None:
+    """combine(rank_grads, rank_rows): the gradient of the mean loss over all rows, from each rank's gradient of its
+    own shard's mean loss and the shard's number of rows."""
+    whole, ranks = _rank_case([4, 4])
+    if not attempted(combine(ranks, [4, 4]), 6):
+        return
+    got = combine(ranks, [4, 4])
+    same_tensor(got, whole, "two ranks of 4 rows each", 1e-12, _combine_hint(got, whole, ranks))
+    for sizes in ([4, 4, 4, 4], [8]):
+        whole, ranks = _rank_case(sizes, 1)
+        got = combine(ranks, sizes)
+        same_tensor(got, whole, f"{len(sizes)} rank(s) of {sizes[0]} rows", 1e-12, _combine_hint(got, whole, ranks))
+    sizes = [3, 5]
+    whole, ranks = _rank_case(sizes, 2)
+    plain = sum(ranks) / len(ranks)
+    got = combine(ranks, sizes)
+    hint = ("that is the plain mean of the two gradients, what DDP's all-reduce computes: with shards of 3 and 5 rows "
+            "each row of the smaller one would count 5/3 as much; weight each rank by its rows" if
+            isinstance(got, torch.Tensor) and got.shape == plain.shape and torch.allclose(got, plain) else
+            _combine_hint(got, whole, ranks) or "weight each rank's gradient by its rows")
+    same_tensor(got, whole, "shards of 3 and 5 rows (a batch that does not split evenly)", 1e-12, hint)
+    print("Exercise 6: correct (weights by rows; with equal shards that is DDP's plain average)")
+
+
+EXERCISES = {1: "rate_at", 2: "adamw_step", 3: "clip_global_norm", 4: "train_step",
+             5: "save_checkpoint",                   # the checkpoint round trip: save_checkpoint with load_checkpoint
+             6: "combine"}   # check -> name

@@ -1,5 +1,6 @@
 """Solutions to lesson 01's exercises (try them first). Load them into the notebook with
 `%load exercises/solutions/lesson01.py`."""
+import math
 import unicodedata
 
 import regex
@@ -81,6 +82,10 @@ def _encode_left_to_right(text, vocab):
     return ids
 
 
+def my_bits_per_byte(nats_per_token, bytes_per_token):
+    return nats_per_token / math.log(2) / bytes_per_token          # nats -> bits, per token -> per byte
+
+
 # Plausible mistakes, for the test that every check catches one (tests/test_exercises.py).
 WRONG = {
     # CS336's tie rule (the lexicographically greater pair of byte strings), a real trap for who compares notes
@@ -88,4 +93,5 @@ WRONG = {
     "my_encode": _encode_left_to_right,
     "my_bytes_per_token": lambda tok, texts: sum(len(t.encode()) for t in texts) / sum(len(tok.encode(t)) for t in texts),
     "answer_4": lambda: (1, 1),
+    "my_bits_per_byte": lambda nats, nbytes: nats / nbytes,                    # forgot nats -> bits
 }

@@ -47,6 +47,13 @@ def my_forward(model, ids, targets):
     return logits, loss
 
 
+def my_cross_entropy(logits, targets):
+    m = logits.max(dim=-1, keepdim=True).values                  # each row's largest logit
+    log_sum_exp = m.squeeze(-1) + (logits - m).exp().sum(-1).log()   # every exponent <= 0: no overflow
+    picked = logits.gather(-1, targets[:, None]).squeeze(-1)     # the target's logit in each row
+    return (log_sum_exp - picked).mean()                         # -log p_target = log sum exp - z_target
+
+
 def rope_adjacent_pairs(x, positions, theta0=10000.0):
     """Meta's and CS336's layout, pairs (2j, 2j+1): the same rotation on other dimensions, so not the library's."""
     w = theta0 ** (-torch.arange(0, x.shape[-1], 2, dtype=torch.float64) / x.shape[-1])
@@ -72,4 +79,11 @@ WRONG = {
     "my_rope": rope_adjacent_pairs,
     "my_swiglu": lambda x, w_gate, w_up, w_down: ((x @ w_gate.T) * F.silu(x @ w_up.T)) @ w_down.T,
     "my_forward": forward_with_adjacent_pairs,
+    "my_cross_entropy": lambda z, y: -(z.softmax(-1).log().gather(-1, y[:, None])).mean(),   # naive: overflows
 }
+ALSO_WRONG = {"my_cross_entropy": [lambda z, y: (z.exp().sum(-1).log() - z.gather(-1, y[:, None])[:, 0]).mean(),
+                                   lambda z, y: (z.max() + (z - z.max()).exp().sum(-1).log()          # global max
+                                                 - z.gather(-1, y[:, None])[:, 0]).mean(),
+                                   lambda z, y: ((z - z.max(-1, keepdim=True).values).exp().sum(-1).log()   # no + max
+                                                 - z.gather(-1, y[:, None])[:, 0]).mean(),
+                                   lambda z, y: (z.logsumexp(-1) - z.gather(-1, y[:, None])[:, 0]).sum()]}   # sum

@@ -28,6 +28,11 @@ def worst_paged_waste(b):
     return b - 1        # one position used in the last block, b - 1 left empty
 
 
+def my_distinct(words, n):
+    grams = list(zip(*(words[i:] for i in range(n))))            # the n-grams: n shifted copies side by side
+    return len(set(grams)) / len(grams)
+
+
 @torch.no_grad()
 def decode_without_cache(model, prompt_ids, n_new):
     ids = prompt_ids
@@ -47,4 +52,5 @@ WRONG = {
     "my_decode": decode_without_cache,
     "my_top_p": top_p_including_the_crossing,
     "worst_paged_waste": lambda b: b,
+    "my_distinct": lambda words, n: len(set(words)) / len(words),                # ignores n
 }

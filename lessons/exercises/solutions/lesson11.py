@@ -1,10 +1,7 @@
 """Solutions to lesson 11's exercises (try them first). Load one into the notebook with
 `%load exercises/solutions/lesson11.py`."""
 import math
-
-
-def bits_per_byte(nats_per_token, bytes_per_token):
-    return nats_per_token / math.log(2) / bytes_per_token          # nats -> bits, per token -> per byte
+import types
 
 
 def rate_at(step, total=2000, peak=3e-3, warmup=0.05):
@@ -12,11 +9,6 @@ def rate_at(step, total=2000, peak=3e-3, warmup=0.05):
     if p < warmup:
         return peak * p / warmup                                    # linear warm-up from 0
     return peak * 0.5 * (1 + math.cos(math.pi * (p - warmup) / (1 - warmup)))   # half cosine down to 0
-
-
-def distinct(words, n):
-    grams = list(zip(*(words[i:] for i in range(n))))
-    return len(set(grams)) / len(grams)
 
 
 def train_step(model, optimizer, x, y, lr, clip):
@@ -54,13 +46,6 @@ def _forgets(part):
 def combine(rank_grads, rank_rows):
     # rank r's gradient is the mean over its n_r rows: times n_r it is their sum; the sums add up; divide by all rows
     return sum(g * n for g, n in zip(rank_grads, rank_rows)) / sum(rank_rows)
-
-
-def cross_entropy(logits, targets):
-    m = logits.max(dim=-1, keepdim=True).values                  # each row's largest logit
-    log_sum_exp = m.squeeze(-1) + (logits - m).exp().sum(-1).log()   # every exponent <= 0: no overflow
-    picked = logits.gather(-1, targets[:, None]).squeeze(-1)     # the target's logit in each row
-    return (log_sum_exp - picked).mean()                         # -log p_target = log sum exp - z_target
 
 
 def adamw_step(p, grad, state, lr, betas, eps, weight_decay):
@@ -102,7 +87,7 @@ def load_checkpoint(path, model, optimizer, generator):
 
 
 def _adamw_wrong(mistake):
-    """adamw_step with one plausible mistake of exercise 7."""
+    """adamw_step with one plausible mistake of exercise 2."""
     def step(p, grad, state, lr, betas, eps, weight_decay):
         import torch
         b1, b2 = betas
@@ -129,7 +114,7 @@ def _clip_per_tensor(grads, max_norm):
 
 
 def _save_without(*pieces):
-    """save_checkpoint that leaves pieces out: the plausible mistakes of exercise 9."""
+    """save_checkpoint that leaves pieces out: the plausible mistakes of exercise 5's save half."""
     def save(path, model, optimizer, step, generator):
         import torch
         every = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
@@ -145,7 +130,7 @@ def _save_wrong_generator(path, model, optimizer, step, generator):
 
 
 def _load_without(piece):
-    """load_checkpoint that does not put one piece back: the plausible mistakes of exercise 10."""
+    """load_checkpoint that does not put one piece back: the plausible mistakes of exercise 5's load half."""
     def load(path, model, optimizer, generator):
         import torch
         saved = torch.load(path, weights_only=True)
@@ -159,34 +144,32 @@ def _load_without(piece):
         return {"step": 0, "no return": None}.get(piece, saved["step"])
     return load
 
+
+def _beside(load):
+    """The right save_checkpoint, defined beside a wrong load_checkpoint (as both halves sit in one notebook): the
+    check's one-argument call finds its load half there."""
+    return types.FunctionType(save_checkpoint.__code__, {**globals(), "load_checkpoint": load})
+
+
 # Plausible mistakes, for the test that every check catches one (tests/test_exercises.py).
 WRONG = {
-    "bits_per_byte": lambda nats, nbytes: nats / nbytes,                       # forgot nats -> bits
     "rate_at": lambda step: 3e-3 * 0.5 * (1 + math.cos(math.pi * step / 2000)),  # no warm-up
-    "distinct": lambda words, n: len(set(words)) / len(words),                  # ignores n
     "train_step": _forgets("zero"),                                             # gradients pile up
     "combine": lambda grads, rows: sum(grads) / len(grads),                     # DDP's plain mean: unequal shards
-    "cross_entropy": lambda z, y: -(z.softmax(-1).log().gather(-1, y[:, None])).mean(),   # naive: overflows
     "adamw_step": _adamw_wrong("no bias correction"),
     "clip_global_norm": _clip_per_tensor,                                         # per tensor, not global
     "save_checkpoint": _save_without("optimizer"),                                # the moments restart at 0
-    "load_checkpoint": _load_without("torch_rng"),                                # dropout draws other masks
 }
 ALSO_WRONG = {"train_step": [_forgets("clip"), _forgets("rate"), _forgets("item")],
               "combine": [lambda grads, rows: sum(grads),                   # summed, not averaged
                           lambda grads, rows: sum(g * n for g, n in zip(grads, rows)),   # weighted, not divided
                           lambda grads, rows: sum(g * n for g, n in zip(grads, rows)).float() / sum(rows)],
-              "cross_entropy": [lambda z, y: (z.exp().sum(-1).log() - z.gather(-1, y[:, None])[:, 0]).mean(),
-                                lambda z, y: (z.max() + (z - z.max()).exp().sum(-1).log()          # global max
-                                              - z.gather(-1, y[:, None])[:, 0]).mean(),
-                                lambda z, y: ((z - z.max(-1, keepdim=True).values).exp().sum(-1).log()   # no + max
-                                              - z.gather(-1, y[:, None])[:, 0]).mean(),
-                                lambda z, y: (z.logsumexp(-1) - z.gather(-1, y[:, None])[:, 0]).sum()],  # sum
               "adamw_step": [_adamw_wrong("l2"), _adamw_wrong("eps inside"), _adamw_wrong("late count")],
               "clip_global_norm": [lambda grads, c: [g.clamp(-c, c) for g in grads],          # by value
                                    lambda grads, c: [g * c / float(sum((x ** 2).sum() for x in grads) ** 0.5)
                                                      for g in grads]],                         # always rescales
               "save_checkpoint": [_save_without("torch_rng", "data_rng"), _save_without("data_rng"),
-                                  _save_wrong_generator],
-              "load_checkpoint": [_load_without("optimizer"), _load_without("data_rng"), _load_without("step"),
-                                  _load_without("no return")]}
+                                  _save_wrong_generator,                     # the save half wrong, then the load half:
+                                  _beside(_load_without("torch_rng")),      # dropout draws other masks
+                                  _beside(_load_without("optimizer")), _beside(_load_without("data_rng")),
+                                  _beside(_load_without("step")), _beside(_load_without("no return"))]}
