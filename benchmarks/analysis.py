@@ -461,6 +461,60 @@ def step_cost_report(cs: dict, bench: dict, turns: dict, compiled: dict) -> str:
     return "\n".join(rows)
 
 
+
+def matmul_peak(threads: int, n: int = 1024, repeats: int = 10) -> float:
+    """FLOP/s of this CPU now on one n x n matrix product at `threads` threads, the fastest of `repeats` (lesson 11's
+    peak for a CPU's MFU); the thread count is restored afterwards."""
+    a, before = torch.randn(n, n), torch.get_num_threads()
+    torch.set_num_threads(threads)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ a
+        times.append(time.perf_counter() - start)
+    torch.set_num_threads(before)
+    return 2 * n ** 3 / min(times)
+
+
+def story_model_report(conv: dict, sq: dict, made: dict, best: str, ranked: list, control: dict, seeds: list) -> str:
+    """Lesson 11's story model as it prints it: the designs of at most 0.6M parameters by their three-seed mean, the
+    shipped (median) seed, its command, budget and best held-out numbers, the 1.00 bits-per-byte target and the
+    stretch goal 0.97, and the verdict against the equal-parameter control (from convergence.json)."""
+    arms = conv["arms"]
+    small = sorted((n for n, a in arms.items() if a["params"] <= 600_000), key=lambda n: arms[n]["mean_bits_per_byte"])
+    seed, run = ranked[len(ranked) // 2]
+    minutes = conv["timing"]["seconds_per_step"][best] * run["steps"] / 60
+    mean = arms[best]["mean_bits_per_byte"]
+    goal = lambda g: f"{'met' if mean <= g else 'not met'} ({mean - g:+.4f})"
+    return "\n".join([
+        "designs of at most 0.6M parameters, by their mean: "
+        + ", ".join(f"{n} {arms[n]['mean_bits_per_byte']:.4f}" for n in small),
+        f"shipped: {best} ({arms[best]['params']:,} parameters, rate {arms[best]['best_lr']:g}), seed {seed}, the "
+        "median of " + ", ".join(f"seed {k} {s['bits_per_byte']:.4f}" for k, s in ranked),
+        "trains again with: " + made["train_command"],
+        f"{run['steps']:,} steps, {run['tokens'] / 1e6:.1f}M tokens ({run['tokens'] / sq['train_tokens']:.0f} passes "
+        f"over the {sq['train_tokens']:,} training tokens); {minutes:.0f} minutes of training steps on one thread",
+        f"best held-out: {run['nats_per_token']:.4f} nats/token, perplexity {run['perplexity']:.2f}, "
+        f"{run['bits_per_byte']:.4f} bits/byte at step {run['best_step']:,}",
+        f"target: at most 1.00 bits/byte as the mean of three seeds: {mean:.4f}, {goal(1.0)}; the stretch goal 0.97: "
+        f"{goal(0.97)}",
+        f"against the equal-parameter control llama-style+width ({arms['llama-style+width']['mean_bits_per_byte']:.4f}): "
+        f"{control['difference']:+.4f} bits/byte, bound {control['bound']:.4f} ({control['shape']} t-test, seeds "
+        f"{', '.join(seeds)}): {control['verdict']}"])
+
+
+def story_table(sq: dict) -> str:
+    """results/story_quality.json as lesson 11 prints it: distinct-1, distinct-2 and 2-gram repetition of each
+    decoding setting's stories, the held-out stories and Yocto's README."""
+    rows = [f"{sq['per_prompt']} samples from each of {len(sq['prompts'])} prompts (greedy: 1 each), at most "
+            f"{sq['tokens']} new tokens, first {sq['n_words']} words",
+            f"{'':22s} {'stories':>7s} {'distinct-1':>10s} {'distinct-2':>10s} {'2-gram rep.':>11s}"]
+    for name, r in {**sq["settings"], "held-out stories": sq["reference"]}.items():
+        rows.append(f"{name:22s} {r['stories']:>7d} {r['distinct_1']:>10.3f} {r['distinct_2']:>10.3f} "
+                    f"{r['repetition_2']:>11.3f}")
+    rows.append(f"{'Yocto (its README)':22s} {'':>7s} {0.670:>10.3f} {'':>10s} {0.047:>11.3f}")
+    return "\n".join(rows)
+
 # ------------------------------------------- lesson 16: every comparison the course makes, judged by one rule
 
 def verdict_rows(result: dict) -> list[dict]:
