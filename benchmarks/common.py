@@ -141,23 +141,34 @@ def best_of(repeat: int, fn) -> float:
     return min(times)
 
 
+def _more_seeds(old: dict, new: dict) -> bool:
+    """Whether registration `new` is `old` with seeds added (a launch that adds seeds registers them before their
+    runs) and nothing else changed."""
+    as_sides = lambda c: c["seeds"] if isinstance(c["seeds"], dict) else {"arm": c["seeds"], "reference": c["seeds"]}
+    same_rest = {k: v for k, v in old.items() if k != "seeds"} == {k: v for k, v in new.items() if k != "seeds"}
+    return same_rest and all(set(as_sides(old)[k]) <= set(as_sides(new)[k]) for k in ("arm", "reference"))
+
+
 def register(result: dict, comparisons: dict, note: str = "before the first run") -> dict:
     """Write down, before any run, how the benchmark will judge: the rule's name and, per comparison, the two arms'
     per-seed numbers (paths into the result with "{seed}" standing for the seed; a number for a threshold), the
     seeds that will count (one list, or {"arm": [...], "reference": [...]} when unpaired arms count different
-    seeds) and whether they pair. A resumed benchmark keeps what its first start registered: it may
-    add comparisons (a grid grown by a later launch, registered before those runs), never change one (an error)."""
+    seeds) and whether they pair. A resumed benchmark keeps what its first start registered: a later launch may add
+    comparisons or seeds (registered before those runs, and recorded under "added" with the time), never change
+    or drop one (an error)."""
     now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     entry = result.get("registered") or {"rule": verdict.RULE, "when": now, "note": note, "comparisons": {}}
-    changed = [n for n, c in comparisons.items() if entry["comparisons"].get(n, c) != c]
+    changed = [n for n, c in comparisons.items() if n in entry["comparisons"] and entry["comparisons"][n] != c
+               and not _more_seeds(entry["comparisons"][n], c)]
     if entry["rule"] != verdict.RULE or changed:
         raise SystemExit(f"error: this result file registered {changed or 'another rule'} differently before its "
                          "runs; write to a new --result file rather than change them")
     for name, c in comparisons.items():
-        if name not in entry["comparisons"]:
+        if entry["comparisons"].get(name) != c:
+            entry.setdefault("added", {})[name] = f"{now}: {c['seeds']}" if name in entry["comparisons"] else now
             entry["comparisons"][name] = c
-            if entry["when"] != now:
-                entry.setdefault("added", {})[name] = now
+    if entry.get("added") and entry["when"] == now:            # all registered at this first start: nothing added
+        entry.pop("added")
     result["registered"] = entry
     return entry
 

@@ -35,6 +35,7 @@ BAD_OPTIONS = {
                       ["--shape", SHAPE_TOO_NARROW]],
     "moe_bench": [["--inside-tokens", "0"], ["--seeds-no-aux", "x"], ["--eval-max-windows", "0"],
                   ["--shape", SHAPE_TOO_NARROW]],
+    "norm_bench": [["--steps", "0"], ["--batch-size", "-1"], ["--seeds", "x"]],
     "recipes": [["--steps", "0"], ["--warmup", "-1"]],
     "scan_bench": [["--lengths", "0"], ["--chunks", "-1"], ["--repeat", "x"]],
     "scale_bench": [["--sizes", "0"], ["--kill-at", "1.5"], ["--tiktoken-chunk", "0"], ["--seed", "-1"]],

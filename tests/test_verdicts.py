@@ -96,12 +96,16 @@ def test_each_benchmark_registers_what_its_committed_result_holds():
 
 def test_a_registration_is_never_changed_only_added_to():
     result = {}
-    common.register(result, {"a vs b": {"arm": "x/{seed}", "reference": "y/{seed}", "seeds": ["1"], "paired": True}})
-    common.register(result, {"c vs b": {"arm": "z/{seed}", "reference": "y/{seed}", "seeds": ["1"], "paired": True}})
+    c = lambda path, seeds: {"arm": path, "reference": "y/{seed}", "seeds": seeds, "paired": True}
+    common.register(result, {"a vs b": c("x/{seed}", ["1"])})
+    result["registered"]["when"] = "earlier"                              # a later launch
+    common.register(result, {"c vs b": c("z/{seed}", ["1"])})             # a new comparison
+    common.register(result, {"a vs b": c("x/{seed}", ["1", "2"])})        # a seed added before its run
     assert set(result["registered"]["comparisons"]) == {"a vs b", "c vs b"}
-    with pytest.raises(SystemExit, match="registered"):
-        common.register(result, {"a vs b": {"arm": "x/{seed}", "reference": "y/{seed}", "seeds": ["2"],
-                                            "paired": True}})
+    assert set(result["registered"]["added"]) == {"a vs b", "c vs b"}
+    for bad in (c("x/{seed}", ["2"]), c("w/{seed}", ["1", "2"]), {**c("x/{seed}", ["1", "2"]), "paired": False}):
+        with pytest.raises(SystemExit, match="registered"):             # a seed dropped, another number, unpaired
+            common.register(result, {"a vs b": bad})
 
 
 def test_nothing_speaks_the_old_rule():
