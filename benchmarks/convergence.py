@@ -294,7 +294,8 @@ def report(result: dict) -> str:
         step = f"{v['step_time_ratio']:.2f}x" if v["step_time_ratio"] else ""
         paired = ", ".join(f"{d:+.4f}" for d in v.get("paired", {}).values())
         final = f"{v['final']['difference']:+.4f} {v['final']['verdict']}" if "final" in v else ""
-        rows.append(f"| {pair} | {v['seeds'][0]} vs {v['seeds'][1]} | {v['difference']:+.4f} | {v['bound']:.4f} | "
+        bound = "" if v["bound"] is None else f"{v['bound']:.4f}"      # None: one seed, no noise to measure
+        rows.append(f"| {pair} | {v['seeds'][0]} vs {v['seeds'][1]} | {v['difference']:+.4f} | {bound} | "
                     f"{v['verdict']} | {final} | {paired} | {v['difference_nats_per_token']:+.4f} | "
                     f"{v['params_ratio']:.4f}x | {v['flops_ratio']:.3f}x | {step} |")
     return "\n".join(rows)

@@ -1,8 +1,12 @@
 """benchmarks/ablation.py's design: every part in both directions, DSFF at equal parameters, the rule."""
+import statistics
+
 import pytest
 
 import ablation
+import common
 import experiments
+from minwiola import verdict
 from minwiola.budget import count_params
 from minwiola.model import preset
 
@@ -31,46 +35,83 @@ def test_dsff_arm_has_exactly_llama_styles_parameters_and_srpe_atm_add_none():
     assert full.dropout == 0.0 and preset("llama-style", **a.overrides(["srpe a_s=0"], None)).srpe_a == 0.0
 
 
+def registered_result(seeds: list[int], losses: dict[str, list[float]], swept=("llama-style", "wiola")) -> dict:
+    """A result as ablation.py builds it: the registration its first start wrote, then the arms' runs (one final
+    loss per seed, in the order of `seeds`), then summarise."""
+    result = {"seeds": seeds, "lr_sweep": {name: {} for name in swept}, "arms": {}}
+    common.register(result, ablation.registration(seeds))
+    for name, xs in losses.items():
+        ref = ablation.arms()[name][0]
+        result["arms"][name] = {"compared_with": ref, "seeds": {str(s): {"final_nats_per_token": x,
+                                                                          "final_bits_per_byte": x / 2}
+                                                                 for s, x in zip(seeds, xs)}}
+    ablation.summarise(result)
+    return result
+
+
 @pytest.mark.parametrize("arm,ref,word", [
-    ([3.00, 3.01, 3.02], [3.10, 3.11, 3.12], "lower"),
-    ([3.10, 3.11, 3.12], [3.00, 3.01, 3.02], "higher"),
-    ([3.00, 3.05, 3.10], [3.10, 3.11, 3.12], "within noise"),      # 0.06 apart, twice the spread is 0.20
-    ([3.00, 3.01], [3.00, 3.03, 3.06], "within noise"),            # the larger spread counts
+    # seed 0 chose the rates and does not count; seeds 1-3 pair, 2 degrees of freedom, t* = 4.303
+    ([9.0, 3.00, 3.02, 3.01], [0.0, 3.10, 3.11, 3.12], "lower"),       # d_i = -.10, -.09, -.11: bound 0.025
+    ([0.0, 3.10, 3.11, 3.12], [9.0, 3.00, 3.02, 3.01], "higher"),
+    ([3.0, 3.00, 3.12, 3.05], [3.0, 3.10, 3.11, 3.12], "no verdict"),  # d_i = -.10, +.01, -.07: bound 0.141
+    # the seed's luck, common to both arms, cancels: 0.01 lower on every seed though the seeds spread by 0.4
+    ([3.0, 2.99, 3.19, 3.39], [3.0, 3.00, 3.20, 3.40], "lower"),
 ])
 def test_the_stated_rule(arm, ref, word):
-    v = ablation.verdict(arm, ref)
-    assert v["loss"] == word
-    assert v["twice_larger_spread"] == pytest.approx(2 * max(max(arm) - min(arm), max(ref) - min(ref)))
+    """Every comparison is the registered one rule: a paired t-test at 5% on the seeds after the first."""
+    result = registered_result([0, 1, 2, 3], {"llama-style": ref, "+gcla": arm})
+    v = result["verdicts"]["+gcla vs llama-style"]
+    assert v["verdict"] == word and v["shape"] == "paired" and v["rule"] == "t-test 5%"
+    assert v["seeds"] == {"arm": ["1", "2", "3"], "reference": ["1", "2", "3"]}
+    diffs = [a - r for a, r in zip(arm[1:], ref[1:])]
+    assert v["difference"] == pytest.approx(statistics.mean(diffs))
+    assert v["bound"] == pytest.approx(verdict.t_critical(2) * statistics.stdev(diffs) / 3 ** 0.5)
+    assert v["bound"] == pytest.approx(4.303 * statistics.stdev(diffs) / 3 ** 0.5, rel=1e-3)
+    assert result["verdicts"] == common.decide(result)
+
+
+def test_pairing_is_what_gives_the_verdict_and_one_counted_seed_gives_none():
+    """Unpaired, the 0.4 spread of the seeds hides a difference of 0.01 that pairing finds on every seed; with only
+    one seed after the first there is no noise to measure, so no verdict however large the difference."""
+    arm, ref = [2.99, 3.19, 3.39], [3.00, 3.20, 3.40]
+    assert verdict.judge(arm, ref, paired=True)["verdict"] == "lower"
+    assert verdict.judge(arm, ref)["verdict"] == "no verdict"
+    assert ablation.registration([0, 1, 2])["+gcla vs llama-style"]["paired"] is True
+    v = registered_result([0, 1], {"llama-style": [3.0, 3.5], "+gcla": [3.0, 2.5]})["verdicts"]["+gcla vs llama-style"]
+    assert v["verdict"] == "no verdict" and v["bound"] is None and v["difference"] == pytest.approx(-1.0)
 
 
 def test_a_removed_part_that_raises_the_loss_is_said_to_help():
-    a = ablation
-    seeds = lambda xs: {str(i): {"final_nats_per_token": x, "final_bits_per_byte": x} for i, x in enumerate(xs)}
-    result = {"arms": {"llama-style": {"compared_with": "", "seeds": seeds([3.0, 3.01, 3.0])},
-                       "+gcla": {"compared_with": "llama-style", "seeds": seeds([2.9, 2.9, 2.91])},
-                       "wiola": {"compared_with": "", "seeds": seeds([2.8, 2.8, 2.81])},
-                       "wiola -gcla": {"compared_with": "wiola", "seeds": seeds([2.9, 2.91, 2.9])}}}
-    a.summarise(result)
-    assert result["arms"]["+gcla"]["verdict"]["part"] == "helps"
-    assert result["arms"]["wiola -gcla"]["verdict"]["part"] == "helps"
-    assert "verdict" not in result["arms"]["wiola"]
+    result = registered_result([0, 1, 2, 3], {"llama-style": [3.0, 3.0, 3.01, 3.0], "+gcla": [2.9, 2.9, 2.9, 2.91],
+                                              "wiola": [2.8, 2.8, 2.8, 2.81], "wiola -gcla": [2.9, 2.9, 2.91, 2.9]})
+    added, removed = result["verdicts"]["+gcla vs llama-style"], result["verdicts"]["wiola -gcla vs wiola"]
+    assert added["verdict"] == "lower" and ablation.part_word("+gcla", added["verdict"]) == "helps"
+    assert removed["verdict"] == "higher" and ablation.part_word("wiola -gcla", removed["verdict"]) == "helps"
+    assert ablation.part_word("+gcla", "higher") == "hurts" and ablation.part_word("wiola -gcla", "lower") == "hurts"
+    assert ablation.part_word("+gcla", "no verdict") == ablation.part_word("wiola -gcla", "no verdict") == "no verdict"
+    assert set(result["verdicts"]) == {"+gcla vs llama-style", "wiola -gcla vs wiola"}   # wiola is compared with none
+    assert all(not k.startswith("wiola vs") for k in ablation.registration([0, 1]))
 
 
 def test_the_fresh_summary_sets_apart_only_the_runs_that_chose_a_rate():
     """Stage 1 chose llama-style's and wiola's rates on their first seed: `fresh` counts their other seeds only,
-    every other arm keeps all its seeds, and the verdict is the rule's on those seeds."""
-    a = ablation
-    seeds = lambda xs: {str(i): {"final_nats_per_token": x, "final_bits_per_byte": x / 2} for i, x in enumerate(xs)}
-    result = {"seeds": [0, 1, 2], "lr_sweep": {"llama-style": {}, "wiola": {}},
-              "arms": {"llama-style": {"compared_with": "", "seeds": seeds([2.80, 3.00, 3.01])},   # seed 0: lucky
-                       "+gcla": {"compared_with": "llama-style", "seeds": seeds([2.90, 2.91, 2.90])}}}
-    a.summarise(result)
+    every other arm keeps all its seeds; every registered comparison counts only the seeds after the first (each
+    is against llama-style or wiola), so a lucky seed 0 never enters a verdict."""
+    assert all(c["seeds"] == ["1", "2", "3"] for c in ablation.registration([0, 1, 2, 3]).values())
+    assert {c["reference"].split("/")[1] for c in ablation.registration([0, 1]).values()} == {"llama-style", "wiola"}
+    lucky = {"llama-style": [2.50, 3.00, 3.01, 3.02], "+gcla": [2.90, 2.90, 2.91, 2.92]}   # seed 0: lucky
+    result = registered_result([0, 1, 2, 3], lucky)
     base, gcla = result["arms"]["llama-style"], result["arms"]["+gcla"]
-    assert base["fresh"]["seeds"] == ["1", "2"] and gcla["fresh"]["seeds"] == ["0", "1", "2"]
-    assert base["fresh"]["mean_nats_per_token"] == pytest.approx(3.005) and base["mean_nats_per_token"] == pytest.approx(8.81 / 3)
-    assert gcla["verdict"]["part"] == "within noise"                 # seed 0's 2.80 spreads llama-style by 0.21
-    assert gcla["fresh"]["verdict"]["part"] == "helps"               # without it: 0.1 lower, twice the spread 0.02
-    assert gcla["fresh"]["verdict"]["difference"] == pytest.approx(2.9033333 - 3.005)
+    assert base["fresh"]["seeds"] == ["1", "2", "3"] and gcla["fresh"]["seeds"] == ["0", "1", "2", "3"]
+    assert base["fresh"]["mean_nats_per_token"] == pytest.approx(3.01)
+    assert base["mean_nats_per_token"] == pytest.approx(11.53 / 4)
+    v = result["verdicts"]["+gcla vs llama-style"]
+    assert v["verdict"] == "lower" and v["difference"] == pytest.approx(-0.1)   # d_i = -0.10 on seeds 1-3
+    assert v["seeds"]["arm"] == v["seeds"]["reference"] == ["1", "2", "3"]
+    with_seed_0 = verdict.judge(dict(zip("0123", lucky["+gcla"])), dict(zip("0123", lucky["llama-style"])), paired=True)
+    assert with_seed_0["verdict"] == "no verdict"                # seed 0's +0.40 would have hidden it
+    lucky["llama-style"][0] = 9.0                               # whatever seed 0 gave, the verdict stays
+    assert registered_result([0, 1, 2, 3], lucky)["verdicts"] == result["verdicts"]
 
 
 def test_offset_effects_measure_delta_against_the_input_it_shifts(small_data):

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+import common
 import convergence
+from minwiola.verdict import judge
 from minwiola.budget import count_params
 from minwiola.model import preset
 
@@ -60,6 +62,8 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
     calls = []
 
     def fake_run(name, lr, seed, steps, tau, args, look_inside, recorded=None):
+        if not calls:                                       # the comparisons are on disk before the first run
+            assert json.loads(result.read_text())["registered"]["comparisons"] == b.registration([0, 1, 2])
         calls.append((name, lr, seed))
         taus.setdefault((name, seed), []).append(tau)
         folder = Path(args.runs) / b.run_name(name, lr, seed, steps, tau, args)
@@ -106,13 +110,26 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
         assert r["arms"][name]["best_lr"] == lr and r["arms"][name].get("best_at_edge") in (False, None)
     assert calls.index(("wiola", 3e-2, 0)) < calls.index(("llama-style+gcla", 1e-3, 100))   # the main pair first
     assert r["partial"] is False and set(r["arms"]["wiola"]["seeds"]) == {"0", "1", "2"}
+    registered = r["registered"]["comparisons"]
+    assert registered == b.registration([0, 1, 2]) and "added" not in r["registered"]   # every seed, never 100
+    assert all(c["seeds"] == ["0", "1", "2"] and c["paired"] for c in registered.values())
+    assert r["verdicts"] == common.decide(r) and set(r["verdicts"]) == set(registered)
     del r["arms"]["llama-style"]["seeds"]["2"]
     b.summarise(r, argparse.Namespace(seeds=[0, 1, 2]))
     assert r["partial"] is True                                                         # one seed missing
+    assert r["verdicts"] == common.decide(r)                    # the comparisons with llama-style wait for its seed
+    assert set(r["verdicts"]) == set(r["comparison"]) == set(registered) - {f"{b.REFERENCE} vs llama-style",
+                                                                             "wiola vs llama-style"}
     v = r["comparison"]["wiola vs llama-style+width"]
-    assert v["verdict"] == "lower" and v["difference"] == pytest.approx(-0.1) and v["bound"] == pytest.approx(0.004)
+    judged = r["verdicts"]["wiola vs llama-style+width"]            # the comparison carries the registered verdict
+    assert {k: v[k] for k in judged} == {**judged, "seeds": [3, 3]}
+    # seed s adds 0.001 s to both arms: paired, that luck cancels (each seed's difference is -0.1, the bound 0);
+    # unpaired, the spread of the seeds would be the noise
+    assert v["verdict"] == "lower" and v["shape"] == "paired" and v["difference"] == pytest.approx(-0.1)
+    assert v["bound"] == pytest.approx(0, abs=1e-12)
+    assert judge([0.900, 0.901, 0.902], [1.000, 1.001, 1.002])["bound"] == pytest.approx(0.0023, abs=1e-4)
     assert v["final"]["verdict"] == "lower" and v["paired"] == pytest.approx({"0": -0.1, "1": -0.1, "2": -0.1})
-    assert "| wiola vs llama-style+width | 3 vs 3 | -0.1000 | 0.0040 | lower | -0.1000 lower | -0.1000, -0.1000, " \
+    assert "| wiola vs llama-style+width | 3 vs 3 | -0.1000 | 0.0000 | lower | -0.1000 lower | -0.1000, -0.1000, " \
            "-0.1000 |" in b.report(r)
     # an entry of an ATM arm's sweep at another tau (an earlier calibration) is dropped
     stored = json.loads(result.read_text())
@@ -129,14 +146,18 @@ def test_each_arm_sweeps_on_the_unreported_seed_then_trains_the_seeds_at_its_bes
 def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
     b = convergence
     runs, result = tmp_path / "runs", tmp_path / "c.json"
-    common = ["--shape", '{"d": 16, "n_layers": 3, "n_heads": 2}', "--steps", "4", "--batch-size", "2",
+    cli = ["--shape", '{"d": 16, "n_layers": 3, "n_heads": 2}', "--steps", "4", "--batch-size", "2",
               "--block-size", "32", "--eval-every", "2", "--eval-max-windows", "2", "--rates", "1e-3", "1e-2",
               "--extend", "0", "--calibration-batches", "2", "--timing-repeat", "1", "--runs", str(runs),
               "--result", str(result), "--arms", b.REFERENCE, "wiola"]
-    assert b.main([*common, "--seeds", "0"]) == 0
+    assert b.main([*cli, "--seeds", "0"]) == 0
     r = json.loads(result.read_text())
     assert r["partial"] is True and set(r["arms"]) == {b.REFERENCE, "wiola"}
-    assert r["comparison"]["wiola vs llama-style+width"]["verdict"] == "one seed"
+    assert r["registered"]["comparisons"] == b.registration([0])
+    assert r["verdicts"] == common.decide(r) and set(r["verdicts"]) == {"wiola vs llama-style+width"}
+    one = r["verdicts"]["wiola vs llama-style+width"]           # one seed: no noise to measure, so no verdict
+    assert one["verdict"] == "no verdict" and one["bound"] is None and one["seeds"]["arm"] == ["0"]
+    assert "| wiola vs llama-style+width | 1 vs 1 |" in b.report(r)
     assert set(r["timing"]["seconds_per_step"]) == set(b.ARMS) and r["threads"] == 1
     wiola = r["arms"]["wiola"]
     assert set(wiola["sweep"]) == {"0.001", "0.01"} and wiola["best_lr"] == b.best_rate(wiola["sweep"])
@@ -159,17 +180,27 @@ def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
     stored = json.loads(config.read_text())
     del stored["train"]["objective"]
     config.write_text(json.dumps(stored))
+    first = json.loads(result.read_text())
+    first["registered"]["when"] = "an earlier minute"          # common.register tells launches apart by the minute
+    result.write_text(json.dumps(first))
     before = {p.name: (p / "metrics.jsonl").stat().st_mtime_ns for p in runs.iterdir()}
-    assert b.main([*common, "--seeds", "0", "1"]) == 0                                  # resumes: only seed 1 trains
+    assert b.main([*cli, "--seeds", "0", "1"]) == 0                                  # resumes: only seed 1 trains
     after = {p.name: (p / "metrics.jsonl").stat().st_mtime_ns for p in runs.iterdir()}
     assert {k: after[k] for k in before} == before and len(after) == len(before) + 2   # seed 1 of both arms
     r = json.loads(result.read_text())
     assert set(r["arms"]["wiola"]["seeds"]) == {"0", "1"} and len(r["launches"]) == 2
     assert r["partial"] is True                                                         # three arms never ran
-    assert r["comparison"]["wiola vs llama-style+width"]["verdict"] in ("lower", "higher", "within noise")
+    entry = r["registered"]                             # the second launch added seed 1 before its runs
+    assert entry["comparisons"] == b.registration([0, 1]) and set(entry["added"]) == set(b.registration([0]))
+    assert r["verdicts"] == common.decide(r) and set(r["verdicts"]) == {"wiola vs llama-style+width"}
+    two = r["verdicts"]["wiola vs llama-style+width"]
+    assert two["seeds"]["arm"] == ["0", "1"] and two["shape"] == "paired" and two["bound"] is not None
+    assert two["verdict"] == ("no verdict" if abs(two["difference"]) <= two["bound"] else
+                              "lower" if two["difference"] < 0 else "higher")
+    assert r["comparison"]["wiola vs llama-style+width"]["verdict"] == two["verdict"]
     assert (tmp_path / "c.png").exists() and "| `wiola` |" in b.report(r)
     assert r["timing"]["atm_tau"]["wiola"] == r["atm_calibration"]["tau"]            # timed before its own tau
-    assert b.main([*common, "--timing-only"]) == 0                                      # again: at the seeds' tau
+    assert b.main([*cli, "--timing-only"]) == 0                                      # again: at the seeds' tau
     r = json.loads(result.read_text())
     own = r["arms"]["wiola"]["atm_calibration"]["tau"]                    # srpe-offset trains at wiola's tau
     assert r["timing"]["atm_tau"] == {"wiola": own, "wiola-srpe-offset": own}
@@ -193,10 +224,10 @@ def test_a_tiny_run_end_to_end_resumes_and_says_partial(tmp_path):
     import shutil
     shutil.rmtree(runs)
     before = json.loads(result.read_text())["arms"]
-    assert b.main([*common, "--seeds", "0", "1"]) == 0
+    assert b.main([*cli, "--seeds", "0", "1"]) == 0
     assert not runs.exists() or not any(runs.iterdir())
     assert json.loads(result.read_text())["arms"] == before
-    assert b.main([*common, "--seeds", "0", "1", "2"]) == 0                             # a new seed: only it trains
+    assert b.main([*cli, "--seeds", "0", "1", "2"]) == 0                             # a new seed: only it trains
     assert sorted(p.name for p in runs.iterdir()) == sorted(b.run_name(n, r["arms"][n]["best_lr"], 2, 4, r["arms"]
                                                             [n].get("atm_calibration", r["atm_calibration"])["tau"],
                                                             argparse.Namespace(steps=4)) for n in (b.REFERENCE, "wiola"))
