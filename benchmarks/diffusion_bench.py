@@ -275,11 +275,11 @@ def infilling(diffusion_model, decoder, tokenizer, args) -> dict:
 
 
 def registration(seeds: list[int]) -> dict:
-    """The comparison, written down before the first run: diffusion against decoder, unpaired, on the seeds after
-    the first (the first chose the rates)."""
+    """The comparison, written down before the first run: diffusion against decoder, unpaired, on the seeds other
+    than 0 (seed 0's sweep chose the rates)."""
     path = "arms/{arm}/seeds/{{seed}}/bits_per_byte"
     return {"diffusion vs decoder": {"arm": path.format(arm="diffusion"), "reference": path.format(arm="decoder"),
-                                     "seeds": [str(s) for s in seeds[1:]], "paired": False}}
+                                     "seeds": [str(s) for s in sorted(seeds) if s != 0], "paired": False}}
 
 
 # ------------------------------------------------------------------------------------------------ summary
@@ -399,7 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.evaluate_only:
         args.parts, args.arms, args.lrs = ["sweep", "seeds", "samples"], list(ARMS), args.rates
     write(result, path)                                       # the file now holds what other processes measured
-    register(result, registration(args.seeds))
+    held = result.get("registered", {}).get("comparisons", {}).get("diffusion vs decoder", {}).get("seeds", [])
+    result["seeds"] = sorted(set(args.seeds) | {0} | set(map(int, held)))    # every launch's (one process a seed)
+    register(result, registration(result["seeds"]))
     write(result, path)                                       # registered before the first run
     for name in args.arms:
         arm = result["arms"][name]

@@ -1,9 +1,12 @@
 """benchmarks/extrapolation.py's design: equal models but the encoding, a stretched model that is the
-trained one on trained lengths, the loss per position, the stated rule."""
+trained one on trained lengths, the loss per position, the registered rule against the threshold."""
 import pytest
 import torch
 
+import analysis
+import common
 import extrapolation
+from minwiola import verdict
 from minwiola.budget import count_params
 from minwiola.model import LanguageModel, preset
 
@@ -50,7 +53,22 @@ def test_the_gap_and_the_stated_rule():
     L = 8
     curve = [5.0] * L + [4.0] * L + [4.5] * (6 * L)        # positions [L/2, L): 5.0; [2L, 8L): 4.5
     assert x.gap(curve, L) == pytest.approx(-0.5)
-    assert x.verdict([0.01, 0.02, 0.03], 0.1)["verdict"] == "holds"         # 0.02 + 2 x 0.02 < 0.1
-    assert x.verdict([0.5, 0.6, 0.7], 0.1)["verdict"] == "breaks"           # 0.6 - 2 x 0.2 > 0.1
-    assert x.verdict([0.0, 0.1, 0.2], 0.1)["verdict"] == "unclear"
-    assert x.verdict([0.05, 0.05], 0.1) == {"gap": pytest.approx(0.05), "spread": 0.0, "verdict": "holds"}
+    gaps = {"a": [0.01, 0.02, 0.03], "b": [0.5, 0.6, 0.7], "c": [0.0, 0.1, 0.2], "d": [0.05, 0.05], "e": [0.5]}
+    result = {"encodings": {n: {"seeds": {str(i): {"gap": g} for i, g in enumerate(v)}} for n, v in gaps.items()}}
+    for n, v in gaps.items():                                 # registered before the runs: the gap against 0.1
+        common.register(result, x.registration([n], list(range(len(v))), 0.1))
+    x.summarise(result)
+    assert result["verdicts"] == common.decide(result)
+    v = result["verdicts"]
+    assert all(v[n]["shape"] == "threshold" and v[n]["seeds"]["arm"] == [str(i) for i in range(len(g))]
+               for n, g in gaps.items())
+    t2 = verdict.t_critical(2)                                # three seeds: sd / sqrt(3) times t with 2 d.o.f.
+    assert v["a"]["difference"] == pytest.approx(-0.08) and v["a"]["bound"] == pytest.approx(t2 * 0.01 / 3 ** 0.5)
+    assert v["a"]["verdict"] == "lower" and result["encodings"]["a"]["verdict"] == "holds"     # 0.08 > 0.025
+    assert v["b"]["difference"] == pytest.approx(0.5) and v["b"]["bound"] == pytest.approx(t2 * 0.1 / 3 ** 0.5)
+    assert v["b"]["verdict"] == "higher" and result["encodings"]["b"]["verdict"] == "breaks"   # 0.5 > 0.25
+    assert v["c"]["verdict"] == "no verdict" and result["encodings"]["c"]["verdict"] == "no verdict"   # 0 < 0.25
+    assert v["d"]["bound"] == 0 and result["encodings"]["d"]["verdict"] == "holds"     # no noise: 0.05 below it
+    assert v["e"]["bound"] is None and result["encodings"]["e"]["verdict"] == "no verdict"   # one seed: no noise known
+    assert result["encodings"]["c"]["gap"] == pytest.approx(0.1) and result["encodings"]["c"]["spread"] == pytest.approx(0.2)
+    assert {w: analysis.EXTRAPOLATION_WORDS[w] for w in ("lower", "higher")} == {"lower": "holds", "higher": "breaks"}

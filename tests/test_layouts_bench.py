@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import analysis
+import common as common_module
 import layouts_bench
 from minwiola.budget import count_params, encdec_params
 from minwiola.encdec import restore
@@ -71,7 +72,10 @@ def test_a_tiny_run_end_to_end_resumes_after_a_kill(tmp_path, monkeypatch):
     assert b.main([*common, "--seeds", "0"]) == 0
     r = json.loads(result.read_text())
     assert r["partial"] is False and set(r["arms"]) == {"encdec", "decoder"}
-    assert r["comparison"]["encdec vs decoder"]["verdict"] == "one seed"
+    assert r["registered"]["comparisons"] == b.registration([0])         # registered before the runs: paired, seed 0
+    assert r["verdicts"] == common_module.decide(r)
+    one = r["verdicts"]["encdec vs decoder"]
+    assert one["shape"] == "paired" and one["bound"] is None and one["verdict"] == "no verdict"   # one seed: no noise
     for arm in r["arms"].values():
         seed = arm["seeds"]["0"]
         assert seed["nats_per_target_token"] > 0 and 0 <= seed["spans_restored"] <= 1
@@ -108,7 +112,8 @@ def test_a_tiny_run_end_to_end_resumes_after_a_kill(tmp_path, monkeypatch):
 
     r = json.loads(result.read_text())
     assert r["partial"] is False and set(r["arms"]["decoder"]["seeds"]) == {"0", "1"}
-    assert r["comparison"]["encdec vs decoder"]["verdict"] in ("lower", "higher", "within noise")
+    assert r["registered"]["comparisons"] == b.registration([0, 1]) and r["verdicts"] == common_module.decide(r)
+    assert r["verdicts"]["encdec vs decoder"]["seeds"] == {"arm": ["0", "1"], "reference": ["0", "1"]}
     assert b.main([*common, "--seeds", "0", "1", "--evaluate-only"]) == 0     # the settings that trained them:
     kept = json.loads(result.read_text())
     assert kept["command"] == r["command"] and "--evaluate-only" not in r["command"]   # the training command kept
@@ -118,6 +123,7 @@ def test_a_tiny_run_end_to_end_resumes_after_a_kill(tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before          # trained nothing, not even seed 2
     again = json.loads(result.read_text())
     assert again["partial"] is True and set(again["arms"]["encdec"]["seeds"]) == {"0", "1"}
+    assert again["registered"]["comparisons"] == b.registration([0, 1, 2]) and again["verdicts"] == {}   # seed 2 due
     assert again["arms"]["encdec"]["mean_nats_per_target_token"] == \
         pytest.approx(r["arms"]["encdec"]["mean_nats_per_target_token"])
 

@@ -8,7 +8,9 @@ import torch
 
 import analysis
 import experiments
+import common
 import ssm_bench
+from minwiola import verdict
 from minwiola.budget import count_params
 from minwiola.model import LanguageModel, preset
 from minwiola.tokenizer import default_tokenizer
@@ -74,25 +76,60 @@ def test_probe_windows_and_the_probe_are_the_models_loss():
     assert got["recall"]["positions"] == int(windows["recall"].sum()) > 0
 
 
+def _runs(bpbs):
+    return {str(seed): {"bits_per_byte": v, "nats_per_token": v, "tokens_per_s": 1.0, "train_seconds": 1.0}
+            for seed, v in enumerate(bpbs)}
+
+
+def _judged(arms, borrowed=None):
+    """A result of swept arms (bits per byte by seed) and, optionally, the selective arm on seed 0 at a borrowed rate,
+    registered as ssm_bench registers them, then summarised."""
+    result = {"arms": {n: {"rate_from": "sweep", "sweep": {"0.01": _runs(v)["0"]}, "seeds": _runs(v)}
+                       for n, v in arms.items()}}
+    seeds = list(range(len(arms["llama-style"])))
+    common.register(result, ssm_bench.registration([n for n in arms if n != "llama-style"], seeds))
+    if borrowed is not None:
+        result["arms"]["selective"] = {"rate_from": "ssm-llama-style", "best_lr": 0.01, "sweep": {},
+                                       "seeds": _runs([borrowed])}
+        common.register(result, ssm_bench.registration(["selective"], [0], seeds))
+    ssm_bench.resummarise(result)
+    assert result["verdicts"] == common.decide(result)
+    return result["verdicts"]
+
+
 def test_the_stated_rule():
     b = ssm_bench
-    assert b.compare([1.40, 1.41, 1.42], [1.50, 1.52, 1.51])["verdict"] == "lower"        # 0.1 > 2 x 0.02
-    assert b.compare([1.60, 1.61, 1.62], [1.50, 1.52, 1.51])["verdict"] == "higher"
-    assert b.compare([1.45, 1.50, 1.47], [1.50, 1.60, 1.55])["verdict"] == "within noise"  # 0.083 < 2 x 0.1
-    one = b.compare([1.40], [1.50, 1.52])
-    assert one == {"difference": pytest.approx(-0.11), "bound": pytest.approx(0.04), "verdict": "lower"}
+    reference = [1.30, 1.50, 1.51]                           # seed 0 chose the rate: it never counts
+    t1 = verdict.t_critical(1)                               # two fresh seeds, paired: sd of the differences / sqrt(2)
+    v = _judged({"llama-style": reference, "ssm-llama-style": [1.0, 1.40, 1.42]})["ssm-llama-style vs llama-style"]
+    assert v["shape"] == "paired" and v["seeds"] == {"arm": ["1", "2"], "reference": ["1", "2"]}
+    assert v["difference"] == pytest.approx(-0.095) and v["bound"] == pytest.approx(t1 * 0.01 / 2)
+    assert v["verdict"] == "lower"                                                 # 0.095 > 12.7 x 0.005
+    v = _judged({"llama-style": reference, "ssm-llama-style": [1.0, 1.60, 1.62]})["ssm-llama-style vs llama-style"]
+    assert v["difference"] == pytest.approx(0.105) and v["verdict"] == "higher"
+    v = _judged({"llama-style": reference, "ssm-llama-style": [1.0, 1.45, 1.60]})["ssm-llama-style vs llama-style"]
+    assert v["difference"] == pytest.approx(0.02) and v["bound"] == pytest.approx(t1 * 0.14 / 2)
+    assert v["verdict"] == "no verdict"                                            # 0.02 < 12.7 x 0.07
+    # selective, on seed 0 at a borrowed rate, against the reference's fresh seeds: unpaired
+    v = _judged({"llama-style": reference, "ssm-llama-style": reference}, borrowed=1.30)["selective vs llama-style"]
+    pooled = ((1.50 - 1.505) ** 2 + (1.51 - 1.505) ** 2) / (1 + 2 - 2)
+    assert v["shape"] == "unpaired" and v["seeds"] == {"arm": ["0"], "reference": ["1", "2"]}
+    assert v["difference"] == pytest.approx(-0.205) and v["bound"] == pytest.approx(t1 * (pooled * 1.5) ** 0.5)
+    assert v["verdict"] == "lower"                                                 # 0.205 > 12.7 x 0.0087
+    v = _judged({"llama-style": [1.30, 1.40, 1.60], "ssm-llama-style": reference}, borrowed=1.40)
+    assert v["selective vs llama-style"]["verdict"] == "no verdict"                  # 0.1 within 12.7 x 0.17
     assert b.best_rate({"0.001": {"bits_per_byte": 1.6}, "0.003": {"bits_per_byte": 1.5}}) == 0.003
 
 
 def test_a_tiny_run_end_to_end(tmp_path):
     b = ssm_bench
     result = tmp_path / "ssm.json"
-    common = ["--shape", '{"d": 16, "n_layers": 1, "n_heads": 2}', "--steps", "2", "--eval-every", "2",
+    opts = ["--shape", '{"d": 16, "n_layers": 1, "n_heads": 2}', "--steps", "2", "--eval-every", "2",
               "--eval-max-windows", "2", "--block-size", "32", "--rates", "0.01", "0.003", "--seeds", "0", "1",
               "--probe-stories", "20", "--runs", str(tmp_path / "runs"), "--result", str(result)]
-    assert b.main(["--parts", "costs", "--lengths", "16", "32", "--repeat", "1", "--decode-steps", "2", *common]) == 0
+    assert b.main(["--parts", "costs", "--lengths", "16", "32", "--repeat", "1", "--decode-steps", "2", *opts]) == 0
     assert b.main(["--parts", "train", "long", "--long-steps", "3", "--arms", "llama-style", "ssm-llama-style",
-                   *common]) == 0
+                   *opts]) == 0
     r = json.loads(result.read_text())
     cost = r["costs"]
     assert set(cost["mixers"]) == set(b.MIXERS) and all(len(v) == 2 for v in cost["mixers"].values())
@@ -107,18 +144,19 @@ def test_a_tiny_run_end_to_end(tmp_path):
         assert arm["best_lr"] in (0.01, 0.003) and "probe" in arm["seeds"]["1"]
         assert arm["spread_bits_per_byte"] >= 0 and arm["probe_recall_loss"] > 0
         assert arm["long"]["3"]["steps"] == 3 and arm["long"]["3"]["lr"] == arm["best_lr"] and "probe" in arm["long"]["3"]
-    assert r["comparison"]["ssm-llama-style"]["verdict"] in ("lower", "higher", "within noise")
+    assert r["registered"]["comparisons"] == b.registration(["llama-style", "ssm-llama-style"], [0, 1])
+    assert r["verdicts"] == common.decide(r) and set(r["verdicts"]) == {"ssm-llama-style vs llama-style"}
     assert (tmp_path / "ssm.png").exists()
     # --evaluate-only trains nothing, gathers the same runs and keeps the costs
     before = sorted(p.name for p in (tmp_path / "runs").iterdir())
-    assert b.main(["--evaluate-only", "--long-steps", "3", *common]) == 0
+    assert b.main(["--evaluate-only", "--long-steps", "3", *opts]) == 0
     again = json.loads(result.read_text())
     # a costs-only run later replaces the costs and keeps what describes the trained arms
-    assert b.main(["--parts", "costs", "--lengths", "16", "--repeat", "1", "--decode-steps", "2", *common]) == 0
+    assert b.main(["--parts", "costs", "--lengths", "16", "--repeat", "1", "--decode-steps", "2", *opts]) == 0
     costs_again = json.loads(result.read_text())
     assert {k: costs_again[k] for k in ("command", "commit", "probe_positions", "arms")} == {
         k: again[k] for k in ("command", "commit", "probe_positions", "arms")}
-    assert costs_again["costs"]["command"].endswith("--decode-steps 2 " + " ".join(common))
+    assert costs_again["costs"]["command"].endswith("--decode-steps 2 " + " ".join(opts))
     result.write_text(json.dumps(again))
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before
     assert again["costs"] == cost and again["arms"]["llama-style"]["seeds"].keys() == {"0", "1"}
@@ -129,11 +167,12 @@ def test_a_tiny_run_end_to_end(tmp_path):
     for name in ("llama-style", "ssm-llama-style"):
         arm = again["arms"][name]
         assert arm["fresh"]["seeds"] == ["1"] and arm["fresh"]["mean_bits_per_byte"] == arm["seeds"]["1"]["bits_per_byte"]
-    fresh = again["comparison_fresh"]["ssm-llama-style"]
-    assert fresh["seeds_counted"] == {"ssm-llama-style": ["1"], "llama-style": ["1"]} and fresh["verdict"] == "one seed"
+    fresh = again["verdicts"]["ssm-llama-style vs llama-style"]
+    assert fresh["seeds"] == {"arm": ["1"], "reference": ["1"]} and fresh["bound"] is None
+    assert fresh["verdict"] == "no verdict" and again["verdicts"] == common.decide(again)
     # --summarise-only reads no run: the same summaries from the file alone, and the figure redrawn
     (tmp_path / "ssm.png").unlink()
-    stripped = {**again, "comparison": {}, "comparison_fresh": {},
+    stripped = {**again, "verdicts": {},
                 "arms": {n: {k: v for k, v in a.items() if k not in ("fresh", "mean_bits_per_byte")}
                          for n, a in again["arms"].items()}}
     result.write_text(json.dumps(stripped))
@@ -143,17 +182,32 @@ def test_a_tiny_run_end_to_end(tmp_path):
 
 def test_fresh_seeds_set_apart_only_the_seed_that_chose_the_rate():
     b = ssm_bench
-    runs = {seed: {"bits_per_byte": bpb, "nats_per_token": bpb, "tokens_per_s": 1.0, "train_seconds": 1.0}
-            for seed, bpb in (("0", 1.30), ("1", 1.40), ("2", 1.42))}
+    runs = _runs([1.30, 1.40, 1.42])
     swept = {"rate_from": "sweep", "sweep": {"0.01": runs["0"]}, "seeds": runs}
     borrowed = {"rate_from": "ssm-llama-style", "best_lr": 0.01, "sweep": {},
                 "seeds": {"0": {**runs["0"], "bits_per_byte": 1.25}}}
-    result = {"arms": {"llama-style": swept, "ssm-llama-style": {**swept, "seeds": {
-        s: {**r, "bits_per_byte": r["bits_per_byte"] - 0.15} for s, r in runs.items()}}, "selective": borrowed}}
-    b.resummarise(result)
     assert b.fresh_seeds(swept) == ["1", "2"] and b.fresh_seeds(borrowed) == ["0"]
+    # the registration counts only the seeds that chose no rate: swept arms give up seed 0, selective keeps it
+    planned = b.registration(["ssm-llama-style"], [0, 1, 2]) | b.registration(["selective"], [0], [0, 1, 2])
+    assert planned["ssm-llama-style vs llama-style"]["seeds"] == ["1", "2"]
+    assert planned["ssm-llama-style vs llama-style"]["paired"] is True
+    assert planned["selective vs llama-style"]["seeds"] == {"arm": ["0"], "reference": ["1", "2"]}
+    assert planned["selective vs llama-style"]["paired"] is False
+    # ssm-llama-style is 0.15 lower on seeds 1 and 2 (0.15 and 0.14); on seed 0, which chose its rate, it was
+    # lucky the other way: counted, seed 0 would hide the difference
+    ssm = [1.45, 1.25, 1.28]
+    every = verdict.judge(ssm, [1.30, 1.40, 1.42], paired=True)
+    assert every["verdict"] == "no verdict"
+    result = {"arms": {"llama-style": swept, "ssm-llama-style": {**swept, "seeds": _runs(ssm)}, "selective": borrowed}}
+    common.register(result, planned)
+    b.resummarise(result)
     assert swept["fresh"]["mean_bits_per_byte"] == pytest.approx(1.41) and swept["mean_bits_per_byte"] == pytest.approx(4.12 / 3)
-    # on all seeds the spread 0.12 hides the difference 0.15; on seeds 1 and 2 it is beyond twice their spread 0.02
-    assert result["comparison"]["ssm-llama-style"]["verdict"] == "within noise"
-    assert result["comparison_fresh"]["ssm-llama-style"]["verdict"] == "lower"
-    assert result["comparison_fresh"]["selective"]["seeds_counted"] == {"selective": ["0"], "llama-style": ["1", "2"]}
+    v = result["verdicts"]
+    assert v == common.decide(result) and v["ssm-llama-style vs llama-style"]["seeds"]["arm"] == ["1", "2"]
+    assert v["ssm-llama-style vs llama-style"]["difference"] == pytest.approx(-0.145)
+    assert v["ssm-llama-style vs llama-style"]["verdict"] == "lower"
+    assert v["selective vs llama-style"]["seeds"] == {"arm": ["0"], "reference": ["1", "2"]}
+    result["arms"]["ssm-llama-style"]["seeds"]["0"]["bits_per_byte"] = 0.5      # seed 0 moved: the verdicts do not
+    result["arms"]["llama-style"]["seeds"]["0"]["bits_per_byte"] = 9.0
+    b.resummarise(result)
+    assert result["verdicts"] == v
