@@ -15,6 +15,17 @@ def attempted(value, n: int) -> bool:
     return True
 
 
+def calling(fn, case: str, *args, hint: str = ""):
+    """Call the learner's function; an error inside it comes back as one message naming the case (and `hint`, what
+    probably went wrong), the original error chained below it."""
+    try:
+        return fn(*args)
+    except Exception as error:                       # the learner's code failed: say where, and why if we can tell
+        tail = f" {hint}" if hint else ""
+        said = " ".join(str(error).split()).rstrip(".")   # one line, whatever the error's own text
+        raise AssertionError(f"{case}: your function raised {type(error).__name__}: {said}.{tail}") from error
+
+
 def close(got, want, what: str, tol: float = 1e-9) -> None:
     """Assert that the number `got` is `want` to a relative tolerance, naming `what` when it is not."""
     try:

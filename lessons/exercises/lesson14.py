@@ -6,7 +6,7 @@ attempted yet". Every call of your function is wrapped: an error inside it, the 
 as one AssertionError naming the case. Solutions: `exercises/solutions/lesson14.py` (look after trying)."""
 import torch
 
-from exercises import attempted
+from exercises import attempted, calling as _run
 from minwiola.moe import MoE, balancing_loss, capacity
 
 F64 = torch.float64
@@ -15,17 +15,6 @@ F64 = torch.float64
 def _probs(N: int, E: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randn(N, E, generator=g, dtype=F64).mul(2).softmax(-1)
-
-
-def _run(fn, case: str, *args, hint: str = ""):
-    """Call the learner's function; an error inside it comes back as one message naming the case (and `hint`, what
-    probably went wrong), the original error chained below it."""
-    try:
-        return fn(*args)
-    except Exception as error:                       # the learner's code failed: say where, and why if we can tell
-        tail = f" {hint}" if hint else ""
-        said = " ".join(str(error).split()).rstrip(".")   # one line, whatever the error's own text
-        raise AssertionError(f"{case}: your function raised {type(error).__name__}: {said}.{tail}") from error
 
 
 def check_1(my_top_k) -> None:

@@ -9,8 +9,7 @@ import statistics
 
 import torch
 
-from exercises import attempted
-from exercises.lesson14 import _run       # an error in your function: one message naming the case
+from exercises import attempted, calling as _run   # an error in your function: one message naming the case
 from minwiola import atm
 from minwiola.verdict import judge, t_critical
 
