@@ -1,4 +1,9 @@
-"""nbval settings for the lessons: stderr (progress bars, warnings) is never compared with the stored output."""
+"""nbval settings for the lessons: stderr (progress bars, warnings) is never compared with the stored output, and
+the kernels keep exercises in a fresh workspace (never the learner's lessons/mine/)."""
+import os
+import tempfile
+
+os.environ.setdefault("MINWIOLA_MINE", tempfile.mkdtemp(prefix="minwiola-mine-"))
 
 
 def pytest_collectstart(collector):

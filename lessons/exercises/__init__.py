@@ -51,3 +51,87 @@ def same_tensor(got, want, what: str, atol: float = 1e-6, hint: str = "") -> Non
         raise AssertionError(f"{what}: at index {where} got {got[where].item():.6g}, expected "
                              f"{want[where].item():.6g} ({int(bad.sum())} of {want.numel()} entries differ; largest "
                              f"difference {diff.max().item():.3g}){tail}")
+
+
+# ---------------------------------------------------------------------------------------------- the workspace
+# What the learner writes is kept: when a check passes, correct() copies the function (and what it calls that the
+# notebook defined) into a file of its own in the workspace, lessons/mine/ (MINWIOLA_MINE elsewhere; the tests point
+# it at a temporary folder so they never read or write a learner's). Later lessons take it back with mine().
+
+import inspect
+import os
+import types
+from pathlib import Path
+
+WORKSPACE = Path(__file__).resolve().parents[1] / "mine"
+HEADER = "import math\n\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+
+
+def workspace() -> Path:
+    return Path(os.environ.get("MINWIOLA_MINE") or WORKSPACE)
+
+
+def _source_of(fn, seen: set) -> list[str]:
+    """fn's source, preceded by what it needs from its notebook: the functions it calls (recursively), the modules
+    and plain constants it names. What cannot be written out is named in the ValueError."""
+    seen.add(fn.__name__)
+    parts, found = [], inspect.getclosurevars(fn)
+    for name, value in sorted(found.globals.items()):
+        if name in seen or name in ("math", "torch", "nn", "F"):
+            continue
+        seen.add(name)
+        if isinstance(value, types.ModuleType):
+            parts.append(f"import {value.__name__} as {name}\n" if value.__name__ != name else f"import {name}\n")
+        elif isinstance(value, (types.FunctionType, type)) and value.__module__ in ("__main__", fn.__module__):
+            parts.extend(_source_of(value, seen) if isinstance(value, types.FunctionType)
+                         else [inspect.getsource(value)])
+        elif isinstance(value, (types.FunctionType, type)):
+            parts.append(f"from {value.__module__} import {value.__qualname__} as {name}\n")
+        elif isinstance(value, (int, float, str, bool, tuple, type(None))):
+            parts.append(f"{name} = {value!r}\n")
+        else:
+            raise ValueError(f"it uses `{name}` ({type(value).__name__}) from outside the function; make it an "
+                             "argument or build it inside")
+    return parts + [inspect.cleandoc("\n" + inspect.getsource(fn)) + "\n"]
+
+
+def keep(fn) -> Path | None:
+    """Write fn (and what it needs) to the workspace as NAME.py; say where, or say why it could not be kept."""
+    name = getattr(fn, "__name__", "?")
+    try:
+        body = _source_of(fn, set())
+    except (OSError, TypeError, ValueError) as e:            # a lambda, a built-in, a value we cannot write out
+        print(f"  (not kept in your workspace: {e})")
+        return None
+    path = workspace() / f"{name}.py"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'"""Your {name}, kept when its check passed; later lessons import it (exercises.mine)."""\n'
+                        + HEADER + "\n\n" + "\n\n".join(body))
+    except OSError as e:                                      # a folder we may not write (a grader's sandbox)
+        print(f"  (not kept in your workspace: {e.strerror}: {path})")
+        return None
+    return path
+
+
+def correct(message: str, *fns) -> None:
+    """Say the exercise is correct and keep the learner's function(s) in their workspace."""
+    print(message)
+    for fn in fns:
+        path = keep(fn)
+        if path is not None:
+            print(f"  kept in your workspace: {path.parent.name}/{path.name}")
+
+
+def mine(name: str, fallback=None):
+    """The learner's kept function `name` from their workspace, or `fallback` (saying so) while there is none."""
+    path = workspace() / f"{name}.py"
+    if not path.exists():
+        if fallback is not None:
+            print(f"{name}: not in your workspace yet (it is kept when its exercise's check passes); "
+                  f"using {getattr(fallback, '__module__', '')}.{getattr(fallback, '__qualname__', fallback)}")
+        return fallback
+    namespace = {"__name__": f"mine.{name}"}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)      # a file of the learner's own
+    print(f"{name}: yours, from {path.parent.name}/{path.name}")
+    return namespace[name]

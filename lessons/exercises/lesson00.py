@@ -6,7 +6,7 @@ import math
 import numpy as np
 import torch
 
-from exercises import attempted, same_tensor
+from exercises import attempted, correct, same_tensor
 from minwiola.data import get_batch, load_stories
 from minwiola.model import initial_loss, next_token_loss
 
@@ -22,7 +22,7 @@ def check_1(valid_stats) -> None:
     longest = max(stories, key=len)
     assert got[1] == len(longest), (f"{got[1]} is not the length of the longest story in characters "
                                     f"(it has {len(longest.split())} words; len() of the string counts characters)")
-    print(f"Exercise 1: correct ({got[0]:,} stories, the longest {got[1]:,} characters)")
+    correct(f"Exercise 1: correct ({got[0]:,} stories, the longest {got[1]:,} characters)", valid_stats)
 
 
 def check_2(my_get_batch) -> None:
@@ -43,7 +43,7 @@ def check_2(my_get_batch) -> None:
                 f"{name} ({where}): expected an int64 tensor, got {getattr(g, 'dtype', type(g).__name__)}")
             same_tensor(g, w, f"{name} ({where}); hint: draw the starts with torch.randint(len(data) - block_size, "
                               f"(batch_size,), generator=generator), y is x shifted one token on", atol=0)
-    print("Exercise 2: correct (the same batches as minwiola.data.get_batch, seed for seed)")
+    correct("Exercise 2: correct (the same batches as minwiola.data.get_batch, seed for seed)", my_get_batch)
 
 
 def check_3(bigram_logprobs) -> None:
@@ -70,8 +70,8 @@ def check_3(bigram_logprobs) -> None:
     table = bigram_logprobs(train, 256, 0.1).double()
     loss = next_token_loss(table[valid[:-1]][None], valid[1:][None]).item()
     assert loss < initial_loss(256), f"your bigram scores {loss:.3f} nats per byte, no better than uniform"
-    print(f"Exercise 3: correct (a byte bigram: {loss:.2f} nats per byte on held-out stories, {loss / math.log(2):.2f} "
-          f"bits; a uniform guess: ln 256 = {initial_loss(256):.2f})")
+    correct(f"Exercise 3: correct (a byte bigram: {loss:.2f} nats per byte on held-out stories, {loss / math.log(2):.2f} "
+          f"bits; a uniform guess: ln 256 = {initial_loss(256):.2f})", bigram_logprobs)
 
 
 EXERCISES = {1: "valid_stats", 2: "my_get_batch", 3: "bigram_logprobs"}   # check -> the learner's function

@@ -16,7 +16,7 @@ import numpy as np
 import regex
 
 import minwiola.tokenizer as library
-from exercises import attempted, close
+from exercises import attempted, close, correct
 from minwiola.corpus import builtin_stories
 from minwiola.tokenizer import EOT, PATTERN, Tokenizer, bytes_per_token, default_tokenizer, normalize, train_bpe
 
@@ -182,8 +182,8 @@ def check_1(my_train_bpe) -> None:
             raise AssertionError(f"my_train_bpe({name}): {n} merge{'s' * (n != 1)}, expected {m} (those you "
                                  f"have agree): {why}")
     first = [t.decode() for t in train_bpe(SMALL, 256 + 6 + 1)[256:]]
-    print(f"Exercise 1: correct (merge for merge with minwiola's train_bpe, stopping when pairs run out; the "
-          f"stories' first merges: {first})")
+    correct(f"Exercise 1: correct (merge for merge with minwiola's train_bpe, stopping when pairs run out; the "
+          f"stories' first merges: {first})", my_train_bpe)
 
 
 # ---------------------------------------------------------------------------------------------------- exercise 2
@@ -288,7 +288,7 @@ def check_2(my_encode) -> None:
                                      + ("the first token already differs" if n == 0 else f"tokens 0..{n - 1} agree")
                                      + ". " + _why_token(text, got, want, n, vocab))
         assert len(got) == len(want), f"{name}: {len(got)} tokens, expected {len(want)}"
-    print("Exercise 2: correct (id for id with Tokenizer.encode)")
+    correct("Exercise 2: correct (id for id with Tokenizer.encode)", my_encode)
 
 
 # ---------------------------------------------------------------------------------------------------- exercise 3
@@ -319,7 +319,7 @@ def check_3(my_bytes_per_token) -> None:
                      and abs(got - value) <= 1e-9 * max(1.0, abs(value))), "total UTF-8 bytes of the NFC texts over "
                                                                             "the total number of tokens")
         close(got, want, f"{name}; {hint}", 1e-9)
-    print("Exercise 3: correct")
+    correct("Exercise 3: correct", my_bytes_per_token)
 
 
 # ---------------------------------------------------------------------------------------------------- exercise 4
@@ -333,8 +333,8 @@ def check_4(answer_4) -> None:
     want = (len(tok.encode(" Lily")), len(tok.encode(" Zorblax")))
     assert isinstance(got, (tuple, list)) and len(got) == 2, f"answer with a pair of numbers (lily, zorblax), got {got!r}"
     assert tuple(got) == want, f"got {tuple(got)}; count with tok.encode(' Lily') and tok.encode(' Zorblax')"
-    print("Exercise 4: correct. ' Lily' is frequent in the stories, so it became one token; the made-up word "
-          "must be spelled from smaller pieces.")
+    correct("Exercise 4: correct. ' Lily' is frequent in the stories, so it became one token; the made-up word "
+          "must be spelled from smaller pieces.", answer_4)
 
 
 # ---------------------------------------------------------------------------------------------------- exercise 5
@@ -362,7 +362,7 @@ def check_5(my_bits_per_byte) -> None:
         except (TypeError, ValueError):
             hint = ""
         close(got, want, what + hint)
-    print("Exercise 5: correct")
+    correct("Exercise 5: correct", my_bits_per_byte)
 
 
 EXERCISES = {1: "my_train_bpe", 2: "my_encode", 3: "my_bytes_per_token", 4: "answer_4", 5: "my_bits_per_byte"}

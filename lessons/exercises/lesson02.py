@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from exercises import attempted, same_tensor
+from exercises import attempted, correct, same_tensor
 from minwiola.attention import MultiHeadAttention, causal_mask
 
 
@@ -121,7 +121,7 @@ def check_1(my_multi_head_attention) -> None:
             same_tensor(got, want, what, atol=1e-8)
         except AssertionError as e:
             raise AssertionError(_first_wrong_position(got, want) + f"{e}; " + _diagnose(args, got, want)) from None
-    print("Exercise 1: correct (your heads agree with MultiHeadAttention to 1e-8 on four shapes, H = 1 to 4)")
+    correct("Exercise 1: correct (your heads agree with MultiHeadAttention to 1e-8 on four shapes, H = 1 to 4)", my_multi_head_attention)
 
 
 def check_2(my_softmax) -> None:
@@ -144,7 +144,7 @@ def check_2(my_softmax) -> None:
             assert abs(total - 1) < 1e-6, (f"{what} sums to {total:.6g}; the outputs must sum to 1: divide the "
                                            "exponentials by their sum")
         same_tensor(got, torch.softmax(s, 0), what, atol=1e-6)
-    print("Exercise 2: correct")
+    correct("Exercise 2: correct", my_softmax)
 
 
 def check_3(my_causal_mask) -> None:
@@ -169,7 +169,7 @@ def check_3(my_causal_mask) -> None:
             raise AssertionError(f"{what}: query {i} (absolute position {i + T_k - T_q}) and key {j}: got "
                                  f"{bool(got[i, j])}, expected {bool(want[i, j])} (the queries are the LAST {T_q} of "
                                  f"{T_k} positions)")
-    print("Exercise 3: correct")
+    correct("Exercise 3: correct", my_causal_mask)
 
 
 EXERCISES = {1: "my_multi_head_attention", 2: "my_softmax", 3: "my_causal_mask"}

@@ -9,7 +9,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from exercises import attempted, close, same_tensor
+from exercises import attempted, close, correct, same_tensor
 from minwiola.ffn import SwiGLU
 from minwiola.model import LanguageModel, next_token_loss, preset
 from minwiola.norm import RMSNorm
@@ -89,7 +89,7 @@ def check_1(my_rmsnorm) -> None:
         compare(my_rmsnorm, "my_rmsnorm", (x, w, eps), want, what, advice, rmsnorm_variants(x, w, eps),
                 "none of the usual mistakes (eps outside the root, sum for mean, mean subtracted, weight missing) "
                 "matches: compare your formula with eq. 8 term by term")
-    print("Exercise 1: correct")
+    correct("Exercise 1: correct", my_rmsnorm)
 
 
 # ---------------------------------------------------------------------------------------------------- exercise 2
@@ -132,7 +132,7 @@ def check_2(my_rope) -> None:
         compare(my_rope, "my_rope", (x, positions, theta0), want, what, advice, rope_variants(x, positions, theta0),
                 "pair j is (x_j, x_(j + d_h/2)), rotated by positions[t] * theta0^(-2j/d_h); the last index is the "
                 "dimension, the one before it the position")
-    print("Exercise 2: correct")
+    correct("Exercise 2: correct", my_rope)
 
 
 # ---------------------------------------------------------------------------------------------------- exercise 3
@@ -170,7 +170,7 @@ def check_3(my_swiglu) -> None:
             compare(my_swiglu, "my_swiglu", (x, *weights), layer(x), what, advice, swiglu_variants(x, layer),
                     "expected W_down (SiLU(x W_gate^T) * (x W_up^T)), i.e. (silu(x @ w_gate.T) * (x @ w_up.T)) "
                     "@ w_down.T")
-    print("Exercise 3: correct")
+    correct("Exercise 3: correct", my_swiglu)
 
 
 # ---------------------------------------------------------------------------------------------------- exercise 4
@@ -292,7 +292,7 @@ def check_4(my_forward) -> None:
         named = [text for text, value in loss_variants.items() if abs(got_loss - value) < 1e-6 * max(1, abs(value))]
         close(got_loss, want_loss, f"{what}: the loss, mean cross-entropy of logits (B*T, V) against targets (B*T,)"
               + (f"; yours equals {named[0]}" if named else ""), 1e-6)
-    print("Exercise 4: correct (your forward pass is the library's LanguageModel, to 1e-6)")
+    correct("Exercise 4: correct (your forward pass is the library's LanguageModel, to 1e-6)", my_forward)
 
 
 # ------------------------------------------------------------------ exercise 5: a cross-entropy that cannot overflow
@@ -355,7 +355,7 @@ def check_5(my_cross_entropy) -> None:
             raise AssertionError(f"{what}: got {got!r}, expected F.cross_entropy's {want:.6g}. {hint}")
         assert abs(got - want) <= 1e-5 * max(1.0, abs(want)), (
             f"{what}: got {got:.8g}, expected F.cross_entropy's {want:.8g}. Likely: {_ce_hint(got, z, y)}")
-    print(f"Exercise 5: correct (stable at logits of 1e4, where exp overflows; first case {first:.4f} nats)")
+    correct(f"Exercise 5: correct (stable at logits of 1e4, where exp overflows; first case {first:.4f} nats)", my_cross_entropy)
 
 
 EXERCISES = {1: "my_rmsnorm", 2: "my_rope", 3: "my_swiglu", 4: "my_forward", 5: "my_cross_entropy"}

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from exercises import attempted, close
+from exercises import attempted, close, correct
 from minwiola.generate import generate_ids, story_statistics, top_p_filter, words
 from minwiola.model import LanguageModel, preset
 
@@ -56,7 +56,7 @@ def check_1(my_decode) -> None:
             f"{what}: the right tokens, but your calls fed {sum(fed)} positions in all ({fed[:6]}...): after the "
             f"prefill feed only the newest token, with the cache (model(nxt[:, None], cache)), "
             f"{T0 + n_new - 1} positions in all")
-    print("Exercise 1: correct (prefill once, then one token per step)")
+    correct("Exercise 1: correct (prefill once, then one token per step)", my_decode)
 
 
 def check_2(my_top_p) -> None:
@@ -86,7 +86,7 @@ def check_2(my_top_p) -> None:
                 f"{above:.4f} of the mass, {'below' if keep[r, i] else 'already at least'} p (the nucleus is the "
                 f"smallest set reaching p)")
         assert torch.equal(got[keep], x[keep]), f"p={p}: the kept tokens' logits should come back unchanged"
-    print("Exercise 2: correct (the library's nucleus, token for token)")
+    correct("Exercise 2: correct (the library's nucleus, token for token)", my_top_p)
 
 
 def check_3(worst_paged_waste) -> None:
@@ -97,7 +97,7 @@ def check_3(worst_paged_waste) -> None:
         worst = max(math.ceil(n / b) * b - n for n in range(1, 5 * b))
         assert worst_paged_waste(b) == worst, (f"blocks of {b} positions: you say {worst_paged_waste(b)}, but a "
                                                f"sequence can leave at most {worst} empty (try n = {b + 1} tokens)")
-    print("Exercise 3: correct")
+    correct("Exercise 3: correct", worst_paged_waste)
 
 
 def check_4(my_distinct) -> None:
@@ -116,7 +116,7 @@ def check_4(my_distinct) -> None:
     stats = story_statistics([text], n_words=len(w))
     close(my_distinct(w, 1), stats["distinct_1"], "distinct-1 against minwiola.generate.story_statistics")
     close(my_distinct(w, 2), stats["distinct_2"], "distinct-2 against minwiola.generate.story_statistics")
-    print(f"Exercise 4: correct (2-gram repetition of that text: {1 - my_distinct(w, 2):.3f})")
+    correct(f"Exercise 4: correct (2-gram repetition of that text: {1 - my_distinct(w, 2):.3f})", my_distinct)
 
 
 EXERCISES = {1: "my_decode", 2: "my_top_p", 3: "worst_paged_waste", 4: "my_distinct"}

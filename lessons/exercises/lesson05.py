@@ -4,7 +4,7 @@ where, then runs `torch.autograd.gradcheck` (float64) on the learner's backward 
 Solutions: `solutions/lesson05.py` (look after trying)."""
 import torch
 
-from exercises import attempted, same_tensor
+from exercises import attempted, correct, same_tensor
 from minwiola.norm import WiolaRMSNorm
 
 EXERCISES = {1: "norm_backward"}
@@ -66,4 +66,4 @@ def check_1(norm_backward) -> None:
     inputs = tuple(t.clone().requires_grad_() for t in (x, gamma, delta))
     assert torch.autograd.gradcheck(as_function(norm_backward).apply, inputs, raise_exception=False), \
         "gradcheck (finite differences of the forward, float64) disagrees with your backward"
-    print("Exercise 1: correct (your backward passes gradcheck and matches minwiola.norm.WiolaRMSNorm)")
+    correct("Exercise 1: correct (your backward passes gradcheck and matches minwiola.norm.WiolaRMSNorm)", norm_backward)

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from exercises import attempted, close, same_tensor
+from exercises import attempted, close, correct, same_tensor
 from minwiola.positions import rotate, srpe_coefficients
 
 F64 = torch.float64
@@ -53,7 +53,7 @@ def check_1(srpe_coeffs) -> None:
         case = f"p = {p.tolist()}, d_h={d_h}, theta0={theta0:g}, k_s={k_s}, a_s={a_s}, f_s={f_s:g}"
         check_pair_tables(srpe_coeffs(p, d_h, theta0, k_s, a_s, f_s),
                           srpe_coefficients(p, d_h, theta0, k_s, a_s, f_s), p, case, HINT)
-    print("Exercise 1: correct (SRPE's coefficients, eqs. 11-16)")
+    correct("Exercise 1: correct (SRPE's coefficients, eqs. 11-16)", srpe_coeffs)
 
 
 def check_2(apply_srpe) -> None:
@@ -70,7 +70,7 @@ def check_2(apply_srpe) -> None:
                     hint="The last index is the dimension, the one before it the position. Pair j is (x_j, "
                          "x_(j + d_h/2)), the two halves, not neighbours: y_j = x_j c_j - x_(j + d_h/2) s_j, "
                          "y_(j + d_h/2) = x_j s_j + x_(j + d_h/2) c_j")
-    print("Exercise 2: correct (eqs. 17-18: the rotation with SRPE's coefficients)")
+    correct("Exercise 2: correct (eqs. 17-18: the rotation with SRPE's coefficients)", apply_srpe)
 
 
 def check_3(offset_coeffs) -> None:
@@ -88,7 +88,7 @@ def check_3(offset_coeffs) -> None:
                     "w_j; the angle is SRPE's, Theta_j(p) = p w_j (1 + 1/k_s)")
             check_pair_tables(offset_coeffs(p, d_h, theta0, k_s, a_s, f_s, side, centre),
                               srpe_coefficients(p, d_h, theta0, k_s, a_s, f_s, "offset", side, centre), p, case, hint)
-    print("Exercise 3: correct (a query at p and a key at p' now carry rho_j^(p - p'): the score is relative)")
+    correct("Exercise 3: correct (a query at p and a key at p' now carry rho_j^(p - p'): the score is relative)", offset_coeffs)
 
 
 def check_4(first_erased_position) -> None:
@@ -105,7 +105,7 @@ def check_4(first_erased_position) -> None:
     radii = torch.hypot(*srpe_coefficients(grid, 2, a_s=1 - 1e-12, f_s=1 / 16))
     assert (radii > 1e-9).all(), (f"the radius is already 0 near p = {grid[(radii <= 1e-9).nonzero()[0]].item():.2f}"
                                   f", before {p}: that is not the first one")
-    print(f"Exercise 4: correct, p = {p:.2f}")
+    correct(f"Exercise 4: correct, p = {p:.2f}", first_erased_position)
 
 
 def check_5(half_life) -> None:
@@ -124,8 +124,8 @@ def check_5(half_life) -> None:
         factor = (torch.hypot(cq, sq) * torch.hypot(ck, sk))[0, j].item()
         close(factor, 0.5, f"{what} = {got}: the library's query radius there times the key's at 0 (pair {j}) "
               f"should be 1/2 (rho_j^offset, ln rho_j = -a_s f_s w_j, w_j = theta0^(-2j/d_h))")
-    print(f"Exercise 5: correct (with the defaults pair 0 halves every {half_life(0.05, 1 / 16, 0, 16, 1e4):.0f} "
-          f"tokens, pair 7 of d_h = 16 every {half_life(0.05, 1 / 16, 7, 16, 1e4):,.0f})")
+    correct(f"Exercise 5: correct (with the defaults pair 0 halves every {half_life(0.05, 1 / 16, 0, 16, 1e4):.0f} "
+          f"tokens, pair 7 of d_h = 16 every {half_life(0.05, 1 / 16, 7, 16, 1e4):,.0f})", half_life)
 
 
 EXERCISES = {1: "srpe_coeffs", 2: "apply_srpe", 3: "offset_coeffs", 4: "first_erased_position", 5: "half_life"}

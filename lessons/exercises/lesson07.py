@@ -3,7 +3,7 @@ Each check compares the learner's function with `minwiola.ffn.DSFF` (its forward
 several cases and names the first wrong entry. Solutions: `solutions/lesson07.py` (look after trying)."""
 import torch
 
-from exercises import attempted, same_tensor
+from exercises import attempted, correct, same_tensor
 from minwiola.ffn import DSFF
 
 EXERCISES = {1: "dsff_forward", 2: "gate_grad"}
@@ -43,7 +43,7 @@ def check_1(dsff_forward) -> None:
             got = dsff_forward(x, {k: w.detach() for k, w in dsff_weights(layer).items()})
         same_tensor(got, want, f"DSFF(d={d}, d_A={d_A}, d_B={d_B}) on x of shape {tuple(x.shape)}"
                     f"{', W_f = 0 (alpha = 1/2)' if scale == 0 else ''}: output", atol=1e-10)
-    print("Exercise 1: correct (your forward is minwiola.ffn.DSFF's)")
+    correct("Exercise 1: correct (your forward is minwiola.ffn.DSFF's)", dsff_forward)
 
 
 def check_2(gate_grad) -> None:
@@ -62,4 +62,4 @@ def check_2(gate_grad) -> None:
         same_tensor(got, layer.fuse.weight.grad.T, f"dL/dW_f (row-vector form, shape (2d, d)), d={d}, {n} tokens, "
                     f"{'W_f = 0' if scale == 0 else 'a random W_f != 0 (is alpha(1 - alpha) still 1/4 there?)'}",
                     atol=1e-10)
-    print("Exercise 2: correct (your gate gradient is autograd's through minwiola.ffn.DSFF)")
+    correct("Exercise 2: correct (your gate gradient is autograd's through minwiola.ffn.DSFF)", gate_grad)

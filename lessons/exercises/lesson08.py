@@ -3,7 +3,7 @@ the library knows, and says what is wrong (which input, what came back, what was
 still returns None is "not attempted yet". Solutions: `solutions/lesson08.py` (look after trying)."""
 import torch
 
-from exercises import attempted
+from exercises import attempted, correct
 from minwiola.gcla import summarize
 from minwiola.model import LanguageModel, preset
 
@@ -50,7 +50,7 @@ def check_1(prefix_mean_step) -> None:
                 f"sequence {b}, feature {j}: got {got[b, t, j].item():.6g}, expected the mean of positions 0..{t}, "
                 f"{want[b, t, j].item():.6g}" + (" (the state must carry the sum AND the count of every earlier "
                                                    "position)" if k else ""))
-    print("Exercise 1: correct (every chunking gives summarize(x, 'causal'))")
+    correct("Exercise 1: correct (every chunking gives summarize(x, 'causal'))", prefix_mean_step)
 
 
 def check_2(summary_state_size) -> None:
@@ -67,7 +67,7 @@ def check_2(summary_state_size) -> None:
         got = summary_state_size(c)
         assert got == want, (f"d = {c.d}, {c.n_layers} layers: got {got!r}, a real cache holds {want} running-sum "
                              "numbers (count the running sums only, not the KV cache)")
-    print(f"Exercise 2: correct ({summary_state_size(preset('wiola-360m')):,} numbers for wiola-360m)")
+    correct(f"Exercise 2: correct ({summary_state_size(preset('wiola-360m')):,} numbers for wiola-360m)", summary_state_size)
 
 
 def check_3(library_to_paper_heads) -> None:
@@ -81,4 +81,4 @@ def check_3(library_to_paper_heads) -> None:
             assert h % H_kv == j // (H // H_kv), (
                 f"H = {H}, H_kv = {H_kv}: library head {j} shares key/value head {j // (H // H_kv)} "
                 f"(j // (H / H_kv)), but the paper's head {h} that you map it to shares {h % H_kv} (h mod H_kv)")
-    print(f"Exercise 3: correct (H = 8, H_kv = 2: {library_to_paper_heads(8, 2)})")
+    correct(f"Exercise 3: correct (H = 8, H_kv = 2: {library_to_paper_heads(8, 2)})", library_to_paper_heads)

@@ -3,7 +3,7 @@ the library knows, and says what is wrong (which input, what came back, what was
 still returns None is "not attempted yet". Solutions: `solutions/lesson09.py` (look after trying)."""
 import torch
 
-from exercises import attempted
+from exercises import attempted, correct
 from minwiola import atm
 from minwiola.budget import forward_flops
 from minwiola.model import preset
@@ -49,7 +49,7 @@ def check_1(merge_pairs) -> None:
                 assert int(positions[b, k]) == t, (f"sequence {b}, slot {k} (tokens {members}): position "
                                                    f"{int(positions[b, k])}, expected {t}, its first token's original "
                                                    "position (not the slot index)")
-    print("Exercise 1: correct")
+    correct("Exercise 1: correct", merge_pairs)
 
 
 def check_2(unmerge_pairs) -> None:
@@ -72,7 +72,7 @@ def check_2(unmerge_pairs) -> None:
             raise AssertionError(f"sequence {b}, position {t}: it belongs to slot {k} "
                                  f"(tokens {(slot[b] == k).nonzero().flatten().tolist()}) and must get y[{b}, {k}]; "
                                  f"got {got[b, t].tolist()}")
-    print("Exercise 2: correct")
+    correct("Exercise 2: correct", unmerge_pairs)
 
 
 def check_3(greedy_pairs) -> None:
@@ -86,7 +86,7 @@ def check_3(greedy_pairs) -> None:
         expected = [group[0] for group in atm.merge_plan_loop(rho, 0.5)[0] if len(group) == 2]
         got = greedy_pairs(above)
         assert got == expected, f"for {above}: expected {expected}, got {got}"
-    print("Exercise 3: correct")
+    correct("Exercise 3: correct", greedy_pairs)
 
 
 def check_4(max_merge_ratio) -> None:
@@ -96,7 +96,7 @@ def check_4(max_merge_ratio) -> None:
     for T in (2, 3, 10, 11, 64):
         want = atm.merge_ratio(atm.merge_plan(torch.ones(1, T - 1), 0.5))
         assert abs(max_merge_ratio(T) - want) < 1e-12, f"T = {T}: got {max_merge_ratio(T)!r}, expected {want}"
-    print("Exercise 4: correct")
+    correct("Exercise 4: correct", max_merge_ratio)
 
 
 def check_5(mu_for_five_percent) -> None:
@@ -107,4 +107,4 @@ def check_5(mu_for_five_percent) -> None:
     c = preset("wiola-360m")
     saving = 1 - forward_flops(c, 2048, mu) / forward_flops(c, 2048, 0.0)
     assert abs(saving - 0.05) < 1e-3, f"at mu = {mu:.3f} the saving is {saving:.2%}, not 5%"
-    print(f"Exercise 5: correct: mu = {mu:.3f}, well above the paper's 0.08-0.14")
+    correct(f"Exercise 5: correct: mu = {mu:.3f}, well above the paper's 0.08-0.14", mu_for_five_percent)

@@ -1,7 +1,7 @@
 """Self-checks for lesson 10's exercises. Each `check_N(fn)` runs the learner's function on cases whose answers
 the library knows, and says what is wrong (which config, what came back, what was expected). A function that
 still returns None is "not attempted yet". Solutions: `solutions/lesson10.py` (look after trying)."""
-from exercises import attempted, close
+from exercises import attempted, close, correct
 from minwiola import data
 from minwiola.budget import count_params, kv_cache_bytes, param_breakdown
 from minwiola.model import preset
@@ -58,7 +58,7 @@ def check_1(count) -> None:
                 f"first config that differs: {what}: got {got:,}, expected {want:,}, off by {diff:+,} "
                 f"= {diff / cfg.d:+g} d = {diff / (cfg.n_layers * cfg.d):+g} L d. "
                 f"Config: {overrides or 'the preset as it is'}. The library's breakdown: {parts}")
-    print(f"Exercise 1: correct on all {len(COUNT_CASES)} configs (wiola-360m: {count(preset('wiola-360m')):,})")
+    correct(f"Exercise 1: correct on all {len(COUNT_CASES)} configs (wiola-360m: {count(preset('wiola-360m')):,})", count)
 
 
 def check_2(mistral_kv_bytes) -> None:
@@ -69,7 +69,7 @@ def check_2(mistral_kv_bytes) -> None:
     want = kv_cache_bytes(c, 8192)
     close(mistral_kv_bytes(), want, f"Mistral 7B at 8,192 tokens, bf16 (L = {c.n_layers}, H_kv = {c.H_kv}, "
                                     f"d_h = {c.d_h}: keys AND values, 2 bytes each)", 0)
-    print(f"Exercise 2: correct ({want / 2**30:.2f} GiB)")
+    correct(f"Exercise 2: correct ({want / 2**30:.2f} GiB)", mistral_kv_bytes)
 
 
 def check_3(chinchilla_epochs) -> None:
@@ -80,7 +80,7 @@ def check_3(chinchilla_epochs) -> None:
     n, tokens = count_params(preset("wiola-cs336")), len(data.tokens("train"))
     close(chinchilla_epochs(), 20 * n / tokens, f"20 N / tokens with N = {n:,} and {tokens:,} training tokens "
                                                 f"({data.describe_source()})", 1e-6)
-    print(f"Exercise 3: correct ({20 * n / tokens:.0f} epochs of {data.describe_source()})")
+    correct(f"Exercise 3: correct ({20 * n / tokens:.0f} epochs of {data.describe_source()})", chinchilla_epochs)
 
 
 CONVERSATIONS = [
@@ -121,7 +121,7 @@ def check_4(render_chat) -> None:
                 hint = "every turn, the assistant's too, closes with <|end|>"
             raise AssertionError(f"{what}, add_generation_prompt={prompt}: got {got!r}, expected {want!r}"
                                  + (f". {hint}" if hint else ""))
-    print("Exercise 4: correct (the same text as the chat template on every conversation)")
+    correct("Exercise 4: correct (the same text as the chat template on every conversation)", render_chat)
 
 
 def check_5(byte_level) -> None:
@@ -146,7 +146,7 @@ def check_5(byte_level) -> None:
                         "space, 33 for byte 127), not U+0100 plus the byte itself")
             raise AssertionError(f"token {i}, bytes {token!r}: got {got!r}, expected {written[i]!r}"
                                  + (f". {hint}" if hint else ""))
-    print(f"Exercise 5: correct on all {len(default_tokenizer().vocab):,} tokens")
+    correct(f"Exercise 5: correct on all {len(default_tokenizer().vocab):,} tokens", byte_level)
 
 
 EXERCISES = {1: "count", 2: "mistral_kv_bytes", 3: "chinchilla_epochs", 4: "render_chat",

@@ -3,7 +3,7 @@ the library knows, and says what is wrong (which input, what came back, what was
 still returns None is "not attempted yet". Solutions: `solutions/lesson11.py` (look after trying)."""
 import torch
 
-from exercises import attempted, close, same_tensor
+from exercises import attempted, close, correct, same_tensor
 from minwiola.train import learning_rate
 
 
@@ -14,7 +14,7 @@ def check_1(rate_at) -> None:
     for step in (0, 1, 37, 99, 100, 101, 1000, 1999, 2000):
         close(rate_at(step), learning_rate(step / 2000, 3e-3, 0.05),
               f"step {step} (progress {step / 2000:g}; warm-up ends at step 100)", 1e-9)
-    print("Exercise 1: correct (the peak is reached at step 100)")
+    correct("Exercise 1: correct (the peak is reached at step 100)", rate_at)
 
 
 def _adamw_replay(p, grads, lrs, betas, eps, wd, *, bias=True, l2=False, eps_inside=False, offset=0,
@@ -100,7 +100,7 @@ def check_2(adamw_step) -> None:
             elif not torch.allclose(p, ref.detach(), atol=1e-10, rtol=0):
                 hint = "likely: " + _adamw_hint(p, grads[:t], lrs[:t], betas, eps, wd)
         same_tensor(p, ref.detach(), what, 1e-10, hint)
-    print("Exercise 2: correct (5 steps equal torch.optim.AdamW's to 1e-10)")
+    correct("Exercise 2: correct (5 steps equal torch.optim.AdamW's to 1e-10)", adamw_step)
 
 
 def _clip_variants(grads, max_norm):
@@ -152,7 +152,7 @@ def check_3(clip_global_norm) -> None:
         for i, (x, prm) in enumerate(zip(got, params)):
             same_tensor(x, prm.grad, f"{what}: gradient {i}, against torch.nn.utils.clip_grad_norm_", 1e-6,
                         f"likely: {hint}" if hint else "")
-    print("Exercise 3: correct (one factor for all the tensors, and none when the norm is already small)")
+    correct("Exercise 3: correct (one factor for all the tensors, and none when the norm is already small)", clip_global_norm)
 
 
 def _step_case():
@@ -206,7 +206,7 @@ def check_4(train_step) -> None:
     train_step(models[0], opts[0], *batches[1], lr, clip)
     _reference_step(models[1], opts[1], *batches[1], lr, clip)
     assert _same_weights(*models), _diagnose(models[0], 2, lr, clip)
-    print(f"Exercise 4: correct (two steps agree with the trainer's order; first loss {first:.4f} nats/token)")
+    correct(f"Exercise 4: correct (two steps agree with the trainer's order; first loss {first:.4f} nats/token)", train_step)
 
 
 def _diagnose(learner, steps: int, lr: float, clip: float) -> str:
@@ -348,7 +348,7 @@ def check_5(save_checkpoint, load_checkpoint=None) -> None:
         assert not piece, (f"your load_checkpoint: after loading a checkpoint saved at step 3, the fresh objects lack "
                            f"{_PIECES[piece]}{f' (you returned {step!r}: return the saved step)' if piece == 'step' else ''}")
         _continue_and_compare(model, opt, gen, step, "after your save and load", "")
-    print("Exercise 5: correct (saved, loaded and continued, the run equals the uninterrupted one, bit for bit)")
+    correct("Exercise 5: correct (saved, loaded and continued, the run equals the uninterrupted one, bit for bit)", save_checkpoint, load)
 
 
 def _put_back(saved: dict):
@@ -413,7 +413,7 @@ def check_6(combine) -> None:
             isinstance(got, torch.Tensor) and got.shape == plain.shape and torch.allclose(got, plain) else
             _combine_hint(got, whole, ranks) or "weight each rank's gradient by its rows")
     same_tensor(got, whole, "shards of 3 and 5 rows (a batch that does not split evenly)", 1e-12, hint)
-    print("Exercise 6: correct (weights by rows; with equal shards that is DDP's plain average)")
+    correct("Exercise 6: correct (weights by rows; with equal shards that is DDP's plain average)", combine)
 
 
 EXERCISES = {1: "rate_at", 2: "adamw_step", 3: "clip_global_norm", 4: "train_step",

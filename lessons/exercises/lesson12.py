@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from exercises import attempted
+from exercises import attempted, correct
 from minwiola.model import LanguageModel, preset
 from minwiola.positions import alibi_bias, alibi_slopes, rope_frequencies
 
@@ -76,7 +76,7 @@ def check_1(my_alibi_bias) -> None:
                 f"{case}: first wrong entry at head {h}, query row {r} (position i = {i}), key k = {k}: got "
                 f"{got[h, r, k].item() + 0.0:.6g}, expected -m_h (i - k) = {want[h, r, k].item():.6g} "
                 f"({int(bad.sum())} of {want.numel()} entries differ)" + (f". {hint}" if hint else ""))
-    print("Exercise 1: correct (ALiBi's bias -m_h (i - k), slopes for any H, queries after a cache)")
+    correct("Exercise 1: correct (ALiBi's bias -m_h (i - k), slopes for any H, queries after a cache)", my_alibi_bias)
 
 
 def check_2(full_turn_length) -> None:
@@ -102,7 +102,7 @@ def check_2(full_turn_length) -> None:
                                  f"times the shortest): check which pair's frequency you used and how you computed it")
         assert got == 1 or not turns(got - 1).all(), (
             f"{case}: L = {got} works, but so does L = {got - 1}: the shortest length is asked for (round up, once)")
-    print("Exercise 2: correct (the training length at which every RoPE angle has been seen)")
+    correct("Exercise 2: correct (the training length at which every RoPE angle has been seen)", full_turn_length)
 
 
 def trained_rows(lengths: list[int], context: int) -> torch.Tensor:
@@ -148,7 +148,7 @@ def check_3(row_updates) -> None:
                 f"reaching it ({'the windows of length ' + str(by) if by else 'none of them'}); your count is "
                 f"{abs(off)} too "
                 f"{'high' if off > 0 else 'low'}")
-    print("Exercise 3: correct (a row is trained only by windows longer than its position, cut at the context)")
+    correct("Exercise 3: correct (a row is trained only by windows longer than its position, cut at the context)", row_updates)
 
 
 EXERCISES = {1: "my_alibi_bias", 2: "full_turn_length", 3: "row_updates"}

@@ -7,7 +7,7 @@ When an answer is wrong, the check also computes the usual mistakes from the sam
 answer matches, if any."""
 import torch
 
-from exercises import attempted, same_tensor
+from exercises import attempted, correct, same_tensor
 from minwiola.ssm import causal_conv_fft, discretize, kernel, scan
 
 F64, C128 = torch.float64, torch.complex128
@@ -81,7 +81,7 @@ def check_1(my_zoh) -> None:
             "the limit dt b at a = 0": torch.where(a == 0, dt * b, (torch.exp(dt * a) - 1) / safe * b)},
             otherwise="B_bar = (e^(dt a) - 1) / a * b, whose limit at a = 0 is dt b (0/0 must not reach the result; "
                       "for tiny a use expm1, which keeps the digits e^(dt a) - 1 loses)")
-    print("Exercise 1: correct (ZOH: A_bar = e^(dt a), B_bar = (e^(dt a) - 1)/a b, dt b at a = 0)")
+    correct("Exercise 1: correct (ZOH: A_bar = e^(dt a), B_bar = (e^(dt a) - 1)/a b, dt b at a = 0)", my_zoh)
 
 
 # ---------------------------------------------------------------------------------------------------- exercise 2
@@ -118,7 +118,7 @@ def check_2(my_kernel) -> None:
                 "sum_n C_n A_bar_n^k without B_bar": kernel(A_bar, torch.ones_like(B_bar), C, T)},
                 otherwise="K_k = sum over the modes n of C_n A_bar_n^k B_bar_n, for k = 0 .. T-1 (one number per "
                           "time step and channel: sum over the last axis, the modes)")
-    print("Exercise 2: correct (K = (C B_bar, C A_bar B_bar, C A_bar^2 B_bar, ...))")
+    correct("Exercise 2: correct (K = (C B_bar, C A_bar B_bar, C A_bar^2 B_bar, ...))", my_kernel)
 
 
 # ---------------------------------------------------------------------------------------------------- exercise 3
@@ -157,7 +157,7 @@ def check_3(my_scan) -> None:
                 "each step starting from a zero state: the state x must carry over from step to step": x_reset},
                 otherwise="x_k = A_bar x_{k-1} + B_bar u_k from x_{-1} = 0, then y_k = sum_n C_n x_k,n + D u_k; the "
                           "time axis is the last one of u")
-    print("Exercise 3: correct (the scan equals the convolution with K: two views, one system)")
+    correct("Exercise 3: correct (the scan equals the convolution with K: two views, one system)", my_scan)
 
 
 EXERCISES = {1: "my_zoh", 2: "my_kernel", 3: "my_scan"}

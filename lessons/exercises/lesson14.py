@@ -6,7 +6,7 @@ attempted yet". Every call of your function is wrapped: an error inside it, the 
 as one AssertionError naming the case. Solutions: `exercises/solutions/lesson14.py` (look after trying)."""
 import torch
 
-from exercises import attempted, calling as _run
+from exercises import attempted, calling as _run, correct
 from minwiola.moe import MoE, balancing_loss, capacity
 
 F64 = torch.float64
@@ -69,7 +69,7 @@ def check_1(my_top_k) -> None:
             for e, w in zip(torch.as_tensor(chosen[i]).tolist(), torch.as_tensor(weights[i]).tolist()):
                 y[i] += w * layer.experts[e](tokens[i:i + 1])[0]
     assert torch.allclose(y.reshape(x.shape), want, atol=1e-10), "your routing does not rebuild minwiola.moe.MoE's output"
-    print("Exercise 1: correct (top-k of the softmax, weights renormalised over the k: the layer's output rebuilt)")
+    correct("Exercise 1: correct (top-k of the softmax, weights renormalised over the k: the layer's output rebuilt)", my_top_k)
 
 
 def check_2(my_balancing_loss) -> None:
@@ -116,7 +116,7 @@ def check_2(my_balancing_loss) -> None:
     got = float(_run(my_balancing_loss, "uniform router, every token to experts 0 and 1", uniform,
                      torch.tensor([[0, 1]] * 8), 4, hint=f"(experts 2 and 3 are chosen by no token: {unchosen})"))
     assert abs(got - 1) < 1e-9, f"a uniform router gives L_bal = 1 whatever it chooses; got {got:.6g}"
-    print("Exercise 2: correct (L_bal = E sum f_e P_e; 1 for a uniform router)")
+    correct("Exercise 2: correct (L_bal = E sum f_e P_e; 1 for a uniform router)", my_balancing_loss)
 
 
 def _served(order: torch.Tensor, E: int, C: int) -> torch.Tensor:
@@ -193,8 +193,8 @@ def check_3(my_kept) -> None:
             e = int(chosen[b, t, j])
             y[b, t] += weights[b, t, j] * layer.experts[e](x[b, t][None])[0]
     assert torch.allclose(y, want, atol=1e-10), "your mask does not rebuild minwiola.moe.MoE's output with a capacity"
-    print(f"Exercise 3: correct (position by position, at most C per expert: {layer.dropped.item():.1%} of the "
-          "layer's assignments dropped, its output rebuilt)")
+    correct(f"Exercise 3: correct (position by position, at most C per expert: {layer.dropped.item():.1%} of the "
+          "layer's assignments dropped, its output rebuilt)", my_kept)
 
 
 EXERCISES = {1: "my_top_k", 2: "my_balancing_loss", 3: "my_kept"}

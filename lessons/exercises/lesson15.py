@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from exercises import attempted
+from exercises import attempted, correct
 from minwiola.diffusion import unmask_step
 
 MASK = 50                                  # the [MASK] id of the checks' small vocabulary (ids 0..49 are tokens)
@@ -88,7 +88,7 @@ def check_1(my_add_noise) -> None:
         f"binomial's is {expected:.2f}: mask each token independently (a coin per token), not a fixed count")
     full = _call_noise(my_add_noise, _x0(2, 30, 3), torch.ones(2), 3)[1]
     assert full.all(), "t = 1 must mask every token"
-    print("Exercise 1: correct (each token masked independently with its own sequence's probability t)")
+    correct("Exercise 1: correct (each token masked independently with its own sequence's probability t)", my_add_noise)
 
 
 def _step_case(seed: int, B: int = 3, T: int = 12, V: int = MASK + 1):
@@ -210,8 +210,8 @@ def check_2(my_unmask_step) -> None:
         i = tuple(((got != want) & revealed).nonzero()[0].tolist())
         raise AssertionError(f"{case}: at {i} you committed {got[i].item()}, the most likely token there (never the "
                              f"mask) is {want[i].item()}")
-    print("Exercise 2: correct (the k most confident predictions committed, the mask never predicted, visible "
-          "tokens kept)")
+    correct("Exercise 2: correct (the k most confident predictions committed, the mask never predicted, visible "
+          "tokens kept)", my_unmask_step)
 
 
 EXERCISES = {1: "my_add_noise", 2: "my_unmask_step"}

@@ -9,7 +9,7 @@ import statistics
 
 import torch
 
-from exercises import attempted, calling as _run   # an error in your function: one message naming the case
+from exercises import attempted, calling as _run, correct   # _run: an error in your function, one message naming the case
 from minwiola import atm
 from minwiola.verdict import judge, t_critical
 
@@ -42,7 +42,7 @@ def check_1(dsff_widths) -> None:
                    if (3 * hidden - 2 * d - 3 * x) % 2 == 0 and 3 * hidden - 2 * d - 3 * x > 0)
         assert abs(b - 3 * a) == best[0], (f"{case}: ({a}, {b}) is exact but d_B - 3 d_A = {b - 3 * a}; another "
                                            f"exact pair has |d_B - 3 d_A| = {best[0]}")
-    print(f"Exercise 1: correct (the ablation's DSFF: {tuple(dsff_widths(64, 176))})")
+    correct(f"Exercise 1: correct (the ablation's DSFF: {tuple(dsff_widths(64, 176))})", dsff_widths)
 
 
 # ------------------------------------------------------------------------------------ exercise 2: the rule by hand
@@ -153,7 +153,7 @@ def check_2(my_judge) -> None:
     assert bound is None and word == "no verdict", (
         f"{case}: got bound {bound!r} and {word!r}; one seed gives no estimate of the noise (n - 1 = 0 degrees of "
         "freedom): return bound None and 'no verdict'")
-    print("Exercise 2: correct (your rule agrees with minwiola.verdict.judge, paired and unpaired)")
+    correct("Exercise 2: correct (your rule agrees with minwiola.verdict.judge, paired and unpaired)", my_judge)
 
 
 # ------------------------------------------------------------------------------------ exercise 3: ATM's threshold
@@ -179,7 +179,7 @@ def check_3(tau_for_ratio) -> None:
         above = atm.merge_ratio(atm.merge_plan(rho, tau + 1e-3))
         assert above < target, (f"{case}: tau = {tau:.4f} is too low; tau + 0.001 still merges mu = {above:.4f}: "
                                 "find the largest such tau")
-    print(f"Exercise 3: correct (tau = {float(tau_for_ratio(rho, 0.11)):.3f} for mu = 0.11 on uniform similarities)")
+    correct(f"Exercise 3: correct (tau = {float(tau_for_ratio(rho, 0.11)):.3f} for mu = 0.11 on uniform similarities)", tau_for_ratio)
 
 
 EXERCISES = {1: "dsff_widths", 2: "my_judge", 3: "tau_for_ratio"}   # check -> name

@@ -1,0 +1,74 @@
+"""The learner's workspace (lessons/exercises/__init__.py): a function whose check passes is kept as a file of its
+own, with what it calls from the notebook; later lessons take it back with mine(), or the library's while none."""
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+LESSONS = Path(__file__).resolve().parents[1] / "lessons"
+sys.path.insert(0, str(LESSONS))
+exercises = importlib.import_module("exercises")
+
+SCALE = 3.0
+
+
+def _helper(x):
+    return x * SCALE
+
+
+def uses_helper(x):
+    return _helper(x) + torch.ones(1)
+
+
+BIG = torch.ones(3)
+
+
+def uses_a_tensor(x):
+    return x + BIG
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINWIOLA_MINE", str(tmp_path / "mine"))
+    return tmp_path / "mine"
+
+
+def test_a_kept_function_comes_back_with_what_it_calls(folder, capsys):
+    path = exercises.keep(uses_helper)
+    assert path == folder / "uses_helper.py"
+    text = path.read_text()
+    assert "def _helper(x):" in text and "SCALE = 3.0" in text
+    again = exercises.mine("uses_helper", fallback=None)
+    assert torch.equal(again(torch.ones(2)), uses_helper(torch.ones(2)))
+    assert "yours, from mine/uses_helper.py" in capsys.readouterr().out
+
+
+def test_what_cannot_be_written_out_is_named_and_nothing_is_kept(folder, capsys):
+    assert exercises.keep(uses_a_tensor) is None
+    assert "`BIG` (Tensor)" in capsys.readouterr().out and not (folder / "uses_a_tensor.py").exists()
+
+
+def test_without_a_kept_function_the_fallback_is_used_and_said(folder, capsys):
+    assert exercises.mine("my_rmsnorm", fallback=torch.sqrt) is torch.sqrt
+    assert "not in your workspace yet" in capsys.readouterr().out
+    assert exercises.mine("my_rmsnorm") is None
+
+
+def test_a_passing_check_keeps_the_solution_and_the_kept_copy_passes_too(folder, capsys):
+    check = importlib.import_module("exercises.lesson03").check_4
+    solution = importlib.import_module("exercises.solutions.lesson03").my_forward
+    check(solution)
+    assert (folder / "my_forward.py").exists()
+    check(exercises.mine("my_forward"))                     # the file alone: its helpers came with it
+    out = capsys.readouterr().out
+    assert out.count("Exercise 4: correct") == 2 and "kept in your workspace: mine/my_forward.py" in out
+
+
+def test_a_workspace_that_cannot_be_written_says_so_and_the_check_still_passes(tmp_path, monkeypatch, capsys):
+    (tmp_path / "a-file").write_text("not a folder")          # (a read-only folder is not one to root)
+    monkeypatch.setenv("MINWIOLA_MINE", str(tmp_path / "a-file" / "mine"))
+    exercises.correct("Exercise 9: correct", uses_helper)
+    out = capsys.readouterr().out
+    assert "Exercise 9: correct" in out and "not kept in your workspace" in out
