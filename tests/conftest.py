@@ -29,3 +29,13 @@ def small_data(tmp_path, monkeypatch):
     monkeypatch.setenv("MINWIOLA_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("MINWIOLA_QUICK", raising=False)
     return folder
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """An isolated world for the data: no MINWIOLA_DATA, an empty repository data/ folder, a private cache."""
+    from minwiola import data
+    monkeypatch.delenv("MINWIOLA_DATA", raising=False)
+    monkeypatch.setattr(data, "REPO_DATA", tmp_path / "repo_data")
+    monkeypatch.setenv("MINWIOLA_CACHE", str(tmp_path / "cache"))
+    return tmp_path

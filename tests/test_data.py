@@ -26,15 +26,6 @@ def write_split(folder: Path, name: str, stories: list[str], gz: bool = False) -
     return path
 
 
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    """An isolated world: no MINWIOLA_DATA, an empty repository data/ folder, a private cache."""
-    monkeypatch.delenv("MINWIOLA_DATA", raising=False)
-    monkeypatch.setattr(data, "REPO_DATA", tmp_path / "repo_data")
-    monkeypatch.setenv("MINWIOLA_CACHE", str(tmp_path / "cache"))
-    return tmp_path
-
-
 def test_search_order(env, monkeypatch):
     assert data.find_data_dir() is None
     local = write_split(env / "repo_data" / "tinystories", "valid.txt", ["local story"]).parent

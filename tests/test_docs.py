@@ -65,6 +65,7 @@ def test_data_folder_ignores_everything_but_its_readme():
     tracked = subprocess.run([git, "ls-files", "data"], cwd=ROOT, capture_output=True, text=True, check=True)
     assert tracked.stdout.split() == ["data/README.md"], "only data/README.md may be committed in data/"
     paths = ["data/tinystories/TinyStories-train.txt", "data/tinystories/TinyStories-train.txt.sha256",
-             "data/cache/train-0123456789abcdef0123.npy", "data/train-000.txt.gz", "data/README.md"]
+             "data/cache/train-0123456789abcdef0123.npy", "data/train-000.txt.gz",
+             "data/tinystories-sample/valid.txt.gz", "data/README.md"]
     ignored = subprocess.run([git, "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True)
     assert ignored.stdout.split() == paths[:-1]                   # every data file, and never the README

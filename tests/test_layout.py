@@ -9,7 +9,7 @@ import pytest
 LIBRARY = Path(__file__).resolve().parents[1] / "minwiola"
 TEACHING = sorted(p.stem for p in LIBRARY.glob("*.py"))
 ENTRY_FORWARDS = {"grade", "hf"}           # `python -m minwiola.grade` / `.hf`: a few lines that forward to their room
-LOW_TOOLS = ("download", "token_cache", "runs", "launch")   # the tools the course's files use: they import none of them
+LOW_TOOLS = ("download", "sample", "token_cache", "runs", "launch")   # the tools the course's files use: they import none of them
 
 
 def module_name(path: Path) -> str:

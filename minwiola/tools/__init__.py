@@ -1,14 +1,15 @@
 """Not the course's subject: what runs the course around the model the lessons build.
 
     download.py      fetching TinyStories (resumable, checked against pinned sizes and checksums)
+    sample.py        rebuilding the TinyStories sample the committed numbers used, from the full download
     token_cache.py   tokenising a split once, in parallel, into a file the next runs read back
     runs.py          run folders: marker, lock, atomic checkpoints, resume checks, metrics, loss plot
     launch.py        device, precision, several processes (DDP), Ctrl-C, running out of memory
     train_cli.py     `python -m minwiola.train` and `python -m minwiola` (the options, the one-line errors)
-    data_cli.py      `python -m minwiola.data` (download, tokenizer, tokenize, info)
+    data_cli.py      `python -m minwiola.data` (download, sample, tokenizer, tokenize, info)
     hf.py            the Hugging Face bridge (`python -m minwiola.hf`)
 
-The arrows point one way. download, token_cache, runs and launch import nothing of the course's files: what they
+The arrows point one way. download, sample, token_cache, runs and launch import nothing of the course's files: what they
 need of them (the encoder, the loss, a batch, a parameter count) is handed to them as arguments. The command lines
 and the bridge sit on top of everything. This file holds the few helpers more than one tool needs.
 """

@@ -1,6 +1,7 @@
 """Not the course's subject: `python -m minwiola.data`, the data's command line.
 
     python -m minwiola.data download [--split valid|train|all] [--dest DIR]   fetch TinyStories (tools/download.py)
+    python -m minwiola.data sample [--source DIR] [--dest DIR]                 rebuild the sample (tools/sample.py)
     python -m minwiola.data info                                                where the data is read from
     python -m minwiola.data tokenizer [--vocab-size N] [--out FILE]             train a tokenizer on the stories
     python -m minwiola.data tokenize [--split ...] [--workers N]                build the token cache ahead
@@ -14,9 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from ..data import (SPLIT_FILES, SPLITS, TOKENIZER_MB, _split_paths, cache_path, describe_source, find_data_dir,
-                    load_stories, tokenizer_text, tokens)
+from .. import data
+from ..data import (KNOWN_SHA256, SPLIT_FILES, SPLITS, TOKENIZER_MB, _split_paths, _stories_in,
+                    cache_path, describe_source, find_data_dir, load_stories, split_files, tokenizer_text, tokens)
 from ..tokenizer import Tokenizer, bytes_per_token, default_tokenizer, show_tokens
+from . import sample
 from .download import DOWNLOAD_HINT, DataFileError, add_download_arguments, download
 
 
@@ -26,6 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     dl = sub.add_parser("download", help="fetch the official TinyStories files (valid: ~19 MB, train: ~1.9 GB)")
     add_download_arguments(dl)
+    sa = sub.add_parser("sample", help="rebuild the TinyStories sample the committed results used (first 2,316 "
+                                       "train / 1,000 valid stories) from the full download, checked by sha256")
+    sa.add_argument("--source", type=Path, default=None,
+                    help="the folder holding the full download (default: where the lessons read the data: "
+                         "MINWIOLA_DATA, else data/tinystories/)")
+    sa.add_argument("--dest", type=Path, default=None,
+                    help="the folder to write (default: data/tinystories-sample/); a new or empty one, or one this "
+                         "command made")
     sub.add_parser("info", help="say where the data is read from")
     tk = sub.add_parser("tokenizer", help="train a byte-level BPE tokenizer on the training stories and show it")
     tk.add_argument("--vocab-size", type=int, default=4096)
@@ -47,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             _train_tokenizer(args.vocab_size, args.out, args.overwrite, args.max_mb, args.seed)
         elif args.command == "tokenize":
             _tokenize(SPLITS if args.split == "all" else (args.split,), args.workers)
+        elif args.command == "sample":
+            _sample(args.source, args.dest)
         else:
             for s in SPLITS if args.split == "all" else (args.split,):
                 download(s, args.dest, args.base_url, args.sha256, progress=not args.quiet,
@@ -88,6 +101,28 @@ def _train_tokenizer(vocab_size: int, out: Path, overwrite: bool, max_mb: float,
     out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(out)
     print(f"saved to {out}")
+
+
+def _sample(source: Path | None, dest: Path | None) -> None:
+    """Take the sample's stories from the download in `source`, check them, write them to `dest` (tools/sample.py)."""
+    dest = dest if dest is not None else data.REPO_DATA / "tinystories-sample"
+    sample.check_dest(dest)                   # before reading anything: a refused --dest fails at once
+    folder = source if source is not None else find_data_dir()
+    if folder is None or not folder.is_dir():
+        missing = "no TinyStories download found" if folder is None else f"--source {folder} is not a folder"
+        raise DataFileError(f"{missing}; fetch it with: {DOWNLOAD_HINT}, or pass --source DIR")
+    files = {}
+    for split in ("valid", "train"):
+        paths = split_files(split, folder)
+        stories = _stories_in(paths, None)   # reads (and verifies) only as far as the sample's stories go
+        try:
+            text = sample.sample_text(stories, split, ", ".join(str(p) for p in paths))
+        finally:
+            stories.close()
+        files[sample.SAMPLE[split].name] = sample.compress(text)
+    sample.write(dest, files, KNOWN_SHA256)
+    print(f"wrote the TinyStories sample ({', '.join(files)}, sha256 of the text checked) to {dest}; read it with: "
+          f"export MINWIOLA_DATA={dest.resolve()}")
 
 
 def _tokenize(splits: tuple[str, ...], workers: int | None) -> None:
