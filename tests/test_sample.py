@@ -131,6 +131,10 @@ def test_a_failed_write_deletes_only_what_it_wrote(env, monkeypatch, capsys):
     (env / "empty").mkdir()                                     # an empty folder of the user's: it stays
     assert run(["--source", full, "--dest", env / "empty"], capsys)[0] == 1
     assert (env / "empty").is_dir() and not any((env / "empty").iterdir())
+    monkeypatch.setattr(Path, "write_bytes", real)
+    monkeypatch.setitem(data.KNOWN_SHA256, "valid.txt.gz", "0" * 64)    # as if another zlib made other bytes
+    code, err = run(["--source", full, "--dest", env / "s"], capsys)
+    assert code == 1 and len(err) == 1 and "zlib" in err[0] and not (env / "s").exists(), err
 
 
 def test_no_download_and_help(env, capsys):

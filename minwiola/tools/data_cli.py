@@ -29,12 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     dl = sub.add_parser("download", help="fetch the official TinyStories files (valid: ~19 MB, train: ~1.9 GB)")
     add_download_arguments(dl)
-    sa = sub.add_parser("sample", help="rebuild the TinyStories sample the committed results used (first 2,316 "
-                                       "train / 1,000 valid stories) from the full download, checked by sha256")
-    sa.add_argument("--source", type=Path, default=None,
+    what = ("rebuild the TinyStories sample the committed results used (first 2,316 train / 1,000 valid stories) "
+            "from the full download, checked by sha256")
+    sa = sub.add_parser("sample", help=what, description=what[0].upper() + what[1:] + ". Read it with "
+                        "MINWIOLA_DATA set to the folder it writes.")
+    sa.add_argument("--source", type=Path, default=None, metavar="DIR",
                     help="the folder holding the full download (default: where the lessons read the data: "
                          "MINWIOLA_DATA, else data/tinystories/)")
-    sa.add_argument("--dest", type=Path, default=None,
+    sa.add_argument("--dest", type=Path, default=None, metavar="DIR",
                     help="the folder to write (default: data/tinystories-sample/); a new or empty one, or one this "
                          "command made")
     sub.add_parser("info", help="say where the data is read from")
