@@ -253,8 +253,12 @@ know who got what right. The tools:
    the TinyStories sample to use real stories; without it the lessons use built-in generated stories.
 2. `make student`, and hand out `student/`. Students need the environment of `make setup` (or
    `environment.yml`). They fill the stubs in each lesson's exercise cells; each check prints
-   "Exercise N: correct", or says what is wrong, or "not attempted yet". `MINWIOLA_QUICK=1` runs the long
-   lessons in minutes (the quick-mode times below).
+   "Exercise N: correct", or says what is wrong, or "not attempted yet". A correct function is kept in the
+   student's workspace, `student/mine/NAME.py` (lessons/exercises/__init__.py); later lessons take it back with
+   `exercises.mine(...)` (or the library's while there is none), and lesson 11 trains a small model whose forward
+   pass, loss, AdamW step, clipping and schedule are the student's, beside the library's on the same batches.
+   Rebuilding the student edition never touches `mine/` (it refuses a folder with files it did not write).
+   `MINWIOLA_QUICK=1` runs the long lessons in minutes (the quick-mode times below).
 3. Collect the notebooks, one folder per student (`alice/14_mixture_of_experts.ipynb`) or the student's name in
    the file name (`alice_14_mixture_of_experts.ipynb`). The student edition also writes the lesson's name into
    each notebook's metadata, so a renamed notebook is still matched to its lesson.

@@ -72,3 +72,36 @@ def test_a_workspace_that_cannot_be_written_says_so_and_the_check_still_passes(t
     exercises.correct("Exercise 9: correct", uses_helper)
     out = capsys.readouterr().out
     assert "Exercise 9: correct" in out and "not kept in your workspace" in out
+
+
+def test_the_finale_trains_a_model_made_of_the_solutions_kept_in_the_workspace(folder, capsys):
+    """Lesson 11's run made of the learner's parts, with the solutions in place of the stubs: every part comes
+    from the workspace, and the run is the library's to rounding; a wrong part shows."""
+    from minwiola import data
+    from minwiola.model import preset
+    from minwiola.tokenizer import default_tokenizer
+    lesson03, lesson11 = (importlib.import_module(f"exercises.lesson{n}") for n in ("03", "11"))
+    s03, s11 = (importlib.import_module(f"exercises.solutions.lesson{n}") for n in ("03", "11"))
+    lesson03.check_4(s03.my_forward)
+    lesson03.check_5(s03.my_cross_entropy)
+    for n, name in ((1, "rate_at"), (2, "adamw_step"), (3, "clip_global_norm")):
+        getattr(lesson11, f"check_{n}")(getattr(s11, name))
+    capsys.readouterr()
+    parts = lesson11.yours_or_library()
+    said = capsys.readouterr().out
+    assert said.count(": yours, from mine/") == 5 and "not in your workspace" not in said, said
+    ids = data.tokens("train", default_tokenizer())
+    g = torch.Generator().manual_seed(0)
+    batches = [data.get_batch(ids, 4, 32, generator=g) for _ in range(6)]
+    cfg = preset("llama-style", d=16, n_layers=2, n_heads=2, n_kv_heads=2, context=32, dropout=0.0)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        _, _, curves = lesson11.two_runs(parts, batches, cfg)
+        wrong = {**parts, "rate": lambda step: 0.5 * parts["rate"](step)}       # a schedule at half the peak
+        _, _, off = lesson11.two_runs(wrong, batches, cfg)
+    finally:
+        torch.set_default_dtype(old)
+    gap = max(abs(a - b) for a, b in zip(curves["yours"], curves["library"]))
+    assert gap < 1e-9 and curves["yours"][-1] < curves["yours"][0]
+    assert max(abs(a - b) for a, b in zip(off["yours"], off["library"])) > 1e-3

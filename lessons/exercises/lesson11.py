@@ -4,7 +4,8 @@ still returns None is "not attempted yet". Solutions: `solutions/lesson11.py` (l
 import torch
 
 from exercises import attempted, close, correct, same_tensor
-from minwiola.train import learning_rate
+from minwiola.model import LanguageModel, next_token_loss
+from minwiola.train import learning_rate, parameter_groups
 
 
 def check_1(rate_at) -> None:
@@ -414,6 +415,86 @@ def check_6(combine) -> None:
             _combine_hint(got, whole, ranks) or "weight each rank's gradient by its rows")
     same_tensor(got, whole, "shards of 3 and 5 rows (a batch that does not split evenly)", 1e-12, hint)
     correct("Exercise 6: correct (weights by rows; with equal shards that is DDP's plain average)", combine)
+
+
+# ------------------------------------------------------------------- the finale: a run made of the learner's parts
+# The library's side of each part, in the exercise's own signature: what two_runs uses while a part is not yours yet.
+
+def library_forward(model, ids, targets):
+    logits = model(ids)
+    return logits, next_token_loss(logits, targets)
+
+
+def library_cross_entropy(logits, targets):
+    return torch.nn.functional.cross_entropy(logits, targets)
+
+
+def library_adamw_step(p, grad, state, lr, betas, eps, weight_decay):
+    if not state:                                        # one torch AdamW per tensor, its state kept in `state`
+        state["p"] = torch.nn.Parameter(p.detach().clone())
+        state["opt"] = torch.optim.AdamW([state["p"]], lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    state["p"].data.copy_(p)
+    state["p"].grad = grad.clone()
+    state["opt"].param_groups[0]["lr"] = lr
+    state["opt"].step()
+    return state["p"].detach().clone()
+
+
+def library_clip(grads, max_norm):
+    copies = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for c, g in zip(copies, grads):
+        c.grad = g.clone()
+    torch.nn.utils.clip_grad_norm_(copies, max_norm)
+    return [c.grad for c in copies]
+
+
+def library_rate(step):
+    return learning_rate(step / 2000, 3e-3, 0.05)
+
+
+def yours_or_library():
+    """Each part the run needs: the learner's from their workspace (lessons 03 and 11), or the library's."""
+    from exercises import mine
+    return {"forward": mine("my_forward", library_forward), "loss": mine("my_cross_entropy", library_cross_entropy),
+            "adamw": mine("adamw_step", library_adamw_step), "clip": mine("clip_global_norm", library_clip),
+            "rate": mine("rate_at", library_rate)}
+
+
+def two_runs(parts, batches, config, seed=0, clip=1.0, decay=0.1, betas=(0.9, 0.95), eps=1e-8):
+    """Train two copies of one model on the same batches: one with `parts` (forward, loss, AdamW step, clipping,
+    schedule), one with the library's (LanguageModel, F.cross_entropy, torch.optim.AdamW, clip_grad_norm_,
+    learning_rate). The schedule is exercise 1's 2,000 steps squeezed onto len(batches). Returns both models and
+    their loss at every step."""
+    torch.manual_seed(seed)
+    yours = LanguageModel(config)
+    library = LanguageModel(config)
+    library.load_state_dict(yours.state_dict())               # the same start
+    groups = parameter_groups(library, decay)
+    optimizer = torch.optim.AdamW(groups, betas=betas, eps=eps)
+    no_decay = {id(p) for g in parameter_groups(yours, decay) if g["weight_decay"] == 0 for p in g["params"]}
+    params = [p for p in yours.parameters() if p.requires_grad]
+    states = {id(p): {} for p in params}
+    curves = {"yours": [], "library": []}
+    for step, (x, y) in enumerate(batches):
+        lr = parts["rate"](step * 2000 // len(batches))
+        logits, _ = parts["forward"](yours, x, y)            # yours: forward, loss, clip, AdamW, by hand
+        loss = parts["loss"](logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        grads = torch.autograd.grad(loss, params)
+        grads = parts["clip"](list(grads), clip)
+        with torch.no_grad():
+            for p, g in zip(params, grads):
+                wd = 0.0 if id(p) in no_decay else decay
+                p.copy_(parts["adamw"](p.detach(), g, states[id(p)], lr, betas, eps, wd))
+        curves["yours"].append(loss.item())
+        for group in optimizer.param_groups:                  # the library's: the trainer's step, in short
+            group["lr"] = library_rate(step * 2000 // len(batches))
+        optimizer.zero_grad()
+        ref = next_token_loss(library(x), y)
+        ref.backward()
+        torch.nn.utils.clip_grad_norm_(library.parameters(), clip)
+        optimizer.step()
+        curves["library"].append(ref.item())
+    return yours, library, curves
 
 
 EXERCISES = {1: "rate_at", 2: "adamw_step", 3: "clip_global_norm", 4: "train_step",

@@ -137,12 +137,24 @@ def _imports_exercises(node: ast.AST) -> bool:
     return isinstance(node, ast.Import) and any(a.name.split(".")[0] == "exercises" for a in node.names)
 
 
+def _imports_checks(node: ast.AST) -> bool:
+    """An import of the self-checks: the exercises package or a lesson's check module whole, or a check_N (or *)
+    from it. Importing a helper (exercises.mine, a lesson's training loop) is not one."""
+    if isinstance(node, ast.Import):
+        return _imports_exercises(node)
+    if isinstance(node, ast.ImportFrom) and _imports_exercises(node):
+        return any(a.name == "*" or CHECK_NAME.match(a.name) or re.match(r"lesson\d\d$", a.name) for a in node.names)
+    return False
+
+
 def is_check_cell(tree: ast.Module | None) -> bool:
     """A cell that imports the self-checks or calls, defines or rebinds a check_N."""
     for node in ast.walk(tree or ast.Module(body=[], type_ignores=[])):
-        if _imports_exercises(node):
+        if _imports_checks(node):
             return True
         if isinstance(node, ast.Name) and CHECK_NAME.match(node.id):
+            return True
+        if isinstance(node, ast.Attribute) and CHECK_NAME.match(node.attr):
             return True
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and CHECK_NAME.match(node.name):
             return True
