@@ -45,6 +45,21 @@ def _quiet_train(text: str, vocab_size: int, **options) -> list[bytes]:
 
 # ---------------------------------------------------------------------------------------------------- exercise 1
 
+def check_1(answer_1) -> None:
+    """answer_1() -> (tokens for ' Lily', tokens for ' Zorblax') with the shipped tokenizer."""
+    if not attempted(answer_1(), 1):
+        return
+    got = answer_1()
+    tok = default_tokenizer()
+    want = (len(tok.encode(" Lily")), len(tok.encode(" Zorblax")))
+    assert isinstance(got, (tuple, list)) and len(got) == 2, f"answer with a pair of numbers (lily, zorblax), got {got!r}"
+    assert tuple(got) == want, f"got {tuple(got)}; count with tok.encode(' Lily') and tok.encode(' Zorblax')"
+    correct("Exercise 1: correct. ' Lily' is frequent in the stories, so it became one token; the made-up word "
+          "must be spelled from smaller pieces.", answer_1)
+
+
+# ---------------------------------------------------------------------------------------------------- exercise 2
+
 def _pieces_after(text: str, k: int) -> list[tuple[bytes, tuple[int, ...], int]]:
     """(piece, its ids after the library's first k merges, how often it occurs) for every distinct piece."""
     left: dict = {}
@@ -143,11 +158,11 @@ def _no_nfc_train(text: str, vocab_size: int) -> list[bytes]:
         return _quiet_train(text, vocab_size)
 
 
-def check_1(my_train_bpe) -> None:
+def check_2(my_train_bpe) -> None:
     """my_train_bpe(text, vocab_size) -> list of bytes (index = id, the special token not included)."""
     advice = ("Start from the 256 single bytes, merge while fewer than vocab_size - 1 tokens, and stop early when no "
               "pair is left")
-    if not attempted(_call(my_train_bpe, "my_train_bpe", "('aaabdaaabac', 260)", advice)("aaabdaaabac", 260), 1):
+    if not attempted(_call(my_train_bpe, "my_train_bpe", "('aaabdaaabac', 260)", advice)("aaabdaaabac", 260), 2):
         return
     cases = (("see seee", 256 + 2 + 1), ("aaabdaaabac", 256 + 3 + 1), (SMALL, 256 + 60 + 1),
              (ODD + EOT + ODD, 256 + 25 + 1), (RUNS_OUT, 256 + 10 + 1))
@@ -182,11 +197,11 @@ def check_1(my_train_bpe) -> None:
             raise AssertionError(f"my_train_bpe({name}): {n} merge{'s' * (n != 1)}, expected {m} (those you "
                                  f"have agree): {why}")
     first = [t.decode() for t in train_bpe(SMALL, 256 + 6 + 1)[256:]]
-    correct(f"Exercise 1: correct (merge for merge with minwiola's train_bpe, stopping when pairs run out; the "
+    correct(f"Exercise 2: correct (merge for merge with minwiola's train_bpe, stopping when pairs run out; the "
           f"stories' first merges: {first})", my_train_bpe)
 
 
-# ---------------------------------------------------------------------------------------------------- exercise 2
+# ---------------------------------------------------------------------------------------------------- exercise 3
 
 def _replay(piece: bytes, ranks: dict, pick) -> list[bytes]:
     """A piece merged with another choice of pair (`pick` takes [(id, position)]): the usual wrong orders."""
@@ -256,10 +271,10 @@ def _why_token(text: str, got: list[int], want: list[int], n: int, vocab: list[b
             f"leftmost of equal ids first, until no pair forms a token")
 
 
-def check_2(my_encode) -> None:
+def check_3(my_encode) -> None:
     """my_encode(text, vocab) -> ids, by the rule of section 6."""
     vocab = _quiet_train(SMALL, 256 + 120 + 1)
-    if not attempted(_call(my_encode, "my_encode", "('a cat', vocab)")("a cat", vocab), 2):
+    if not attempted(_call(my_encode, "my_encode", "('a cat', vocab)")("a cat", vocab), 3):
         return
     tok = Tokenizer(vocab)
     for text in ("Once upon a time, a little cat sat.", "aaabdaaabac", ODD, "lll", "oo ooo", "'very good,' said Mia.",
@@ -288,15 +303,15 @@ def check_2(my_encode) -> None:
                                      + ("the first token already differs" if n == 0 else f"tokens 0..{n - 1} agree")
                                      + ". " + _why_token(text, got, want, n, vocab))
         assert len(got) == len(want), f"{name}: {len(got)} tokens, expected {len(want)}"
-    correct("Exercise 2: correct (id for id with Tokenizer.encode)", my_encode)
+    correct("Exercise 3: correct (id for id with Tokenizer.encode)", my_encode)
 
 
-# ---------------------------------------------------------------------------------------------------- exercise 3
+# ---------------------------------------------------------------------------------------------------- exercise 4
 
-def check_3(my_bytes_per_token) -> None:
+def check_4(my_bytes_per_token) -> None:
     """my_bytes_per_token(tokenizer, texts): total UTF-8 bytes (of the NFC text) over total tokens."""
     tok = default_tokenizer()
-    if not attempted(_call(my_bytes_per_token, "my_bytes_per_token", "(tok, ['a'])")(tok, ["a"]), 3):
+    if not attempted(_call(my_bytes_per_token, "my_bytes_per_token", "(tok, ['a'])")(tok, ["a"]), 4):
         return
     for texts in (["Once upon a time"], builtin_stories("valid", 20) + ["🙂"], [ODD, "cafe\u0301 " * 20]):
         name = f"bytes per token of {texts[0][:30]!r}" + (f"... ({len(texts)} texts)" if len(texts) > 1 else "")
@@ -319,22 +334,7 @@ def check_3(my_bytes_per_token) -> None:
                      and abs(got - value) <= 1e-9 * max(1.0, abs(value))), "total UTF-8 bytes of the NFC texts over "
                                                                             "the total number of tokens")
         close(got, want, f"{name}; {hint}", 1e-9)
-    correct("Exercise 3: correct", my_bytes_per_token)
-
-
-# ---------------------------------------------------------------------------------------------------- exercise 4
-
-def check_4(answer_4) -> None:
-    """answer_4() -> (tokens for ' Lily', tokens for ' Zorblax') with the shipped tokenizer."""
-    if not attempted(answer_4(), 4):
-        return
-    got = answer_4()
-    tok = default_tokenizer()
-    want = (len(tok.encode(" Lily")), len(tok.encode(" Zorblax")))
-    assert isinstance(got, (tuple, list)) and len(got) == 2, f"answer with a pair of numbers (lily, zorblax), got {got!r}"
-    assert tuple(got) == want, f"got {tuple(got)}; count with tok.encode(' Lily') and tok.encode(' Zorblax')"
-    correct("Exercise 4: correct. ' Lily' is frequent in the stories, so it became one token; the made-up word "
-          "must be spelled from smaller pieces.", answer_4)
+    correct("Exercise 4: correct", my_bytes_per_token)
 
 
 # ---------------------------------------------------------------------------------------------------- exercise 5
@@ -365,4 +365,4 @@ def check_5(my_bits_per_byte) -> None:
     correct("Exercise 5: correct", my_bits_per_byte)
 
 
-EXERCISES = {1: "my_train_bpe", 2: "my_encode", 3: "my_bytes_per_token", 4: "answer_4", 5: "my_bits_per_byte"}
+EXERCISES = {1: "answer_1", 2: "my_train_bpe", 3: "my_encode", 4: "my_bytes_per_token", 5: "my_bits_per_byte"}

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from exercises import attempted, correct, same_tensor
+from exercises import attempted, calling, correct, same_tensor
 from minwiola.attention import MultiHeadAttention, causal_mask
 
 
@@ -100,33 +100,9 @@ def _first_wrong_position(got, want) -> str:
     return f"the first wrong position is t = {t} (batch {b}); "
 
 
-def check_1(my_multi_head_attention) -> None:
-    """my_multi_head_attention(x, W_q, W_k, W_v, W_o, H) against minwiola.attention.MultiHeadAttention."""
-    args, want = _case(8, 2, 5, B=1)
-    if not attempted(my_multi_head_attention(*args), 1):
-        return
-    for d, H, T, B in ((8, 2, 5, 1), (12, 3, 7, 2), (16, 4, 9, 2), (16, 1, 4, 1)):
-        args, want = _case(d, H, T, B, seed=d + H + T)
-        got = my_multi_head_attention(*args)
-        what = f"d={d}, H={H} heads of d_h={d // H}, T={T}, B={B}"
-        if isinstance(got, tuple):
-            raise AssertionError(f"{what}: expected a tensor (B, T, d), got a tuple of {len(got)}; return only "
-                                 "the output, not the attention weights")
-        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
-            try:
-                same_tensor(got, want, what)
-            except AssertionError as e:
-                raise AssertionError(f"{e}. Hint: {_SHAPES}.") from None
-        try:
-            same_tensor(got, want, what, atol=1e-8)
-        except AssertionError as e:
-            raise AssertionError(_first_wrong_position(got, want) + f"{e}; " + _diagnose(args, got, want)) from None
-    correct("Exercise 1: correct (your heads agree with MultiHeadAttention to 1e-8 on four shapes, H = 1 to 4)", my_multi_head_attention)
-
-
-def check_2(my_softmax) -> None:
-    """my_softmax(s): a softmax of a 1-D tensor that does not overflow."""
-    if not attempted(my_softmax(torch.zeros(3)), 2):
+def check_1(my_softmax) -> None:
+    """my_softmax(s): a softmax along the last dimension that does not overflow."""
+    if not attempted(my_softmax(torch.zeros(3)), 1):
         return
     g = torch.Generator().manual_seed(0)
     for s in (torch.randn(10, generator=g), torch.tensor([1000.0, 1001.0, 999.0]), torch.tensor([-1e4, 0.0]),
@@ -144,12 +120,22 @@ def check_2(my_softmax) -> None:
             assert abs(total - 1) < 1e-6, (f"{what} sums to {total:.6g}; the outputs must sum to 1: divide the "
                                            "exponentials by their sum")
         same_tensor(got, torch.softmax(s, 0), what, atol=1e-6)
-    correct("Exercise 2: correct", my_softmax)
+    # rows of scores, as attention has them: each row on its own (the last dimension), rows far apart in size
+    rows = torch.tensor([[1000.0, 1001.0, 999.0], [0.0, 1.0, 2.0], [-500.0, -501.0, -499.0]])
+    got = my_softmax(rows)
+    hint = ("softmax each row on its own, along the last dimension: subtract each row's own largest score "
+            "(s.amax(-1, keepdim=True)) and divide by each row's own sum (.sum(-1, keepdim=True)); with one "
+            "maximum for the whole tensor, the rows far below it underflow to 0")
+    if isinstance(got, torch.Tensor) and got.shape == rows.shape and not torch.isfinite(got).all():
+        raise AssertionError(f"my_softmax of a (3, 3) tensor of rows has non-finite entries: {hint}")
+    same_tensor(got, torch.softmax(rows, -1), "my_softmax of a (3, 3) tensor, rows [1000, 1001, 999], [0, 1, 2], "
+                "[-500, -501, -499]", atol=1e-6, hint=hint)
+    correct("Exercise 1: correct (stable, and row by row along the last dimension)", my_softmax)
 
 
-def check_3(my_causal_mask) -> None:
+def check_2(my_causal_mask) -> None:
     """my_causal_mask(T_q, T_k): True where query i (the last T_q of T_k positions) may read key j."""
-    if not attempted(my_causal_mask(1, 1), 3):
+    if not attempted(my_causal_mask(1, 1), 2):
         return
     for T_q, T_k in ((4, 4), (1, 5), (3, 7), (2, 2)):
         got = my_causal_mask(T_q, T_k)
@@ -169,7 +155,107 @@ def check_3(my_causal_mask) -> None:
             raise AssertionError(f"{what}: query {i} (absolute position {i + T_k - T_q}) and key {j}: got "
                                  f"{bool(got[i, j])}, expected {bool(want[i, j])} (the queries are the LAST {T_q} of "
                                  f"{T_k} positions)")
-    correct("Exercise 3: correct", my_causal_mask)
+    correct("Exercise 2: correct", my_causal_mask)
 
 
-EXERCISES = {1: "my_multi_head_attention", 2: "my_softmax", 3: "my_causal_mask"}
+def check_3(my_multi_head_attention) -> None:
+    """my_multi_head_attention(x, W_q, W_k, W_v, W_o, H) against minwiola.attention.MultiHeadAttention."""
+    args, want = _case(8, 2, 5, B=1)
+    if not attempted(my_multi_head_attention(*args), 3):
+        return
+    for d, H, T, B in ((8, 2, 5, 1), (12, 3, 7, 2), (16, 4, 9, 2), (16, 1, 4, 1)):
+        args, want = _case(d, H, T, B, seed=d + H + T)
+        got = my_multi_head_attention(*args)
+        what = f"d={d}, H={H} heads of d_h={d // H}, T={T}, B={B}"
+        if isinstance(got, tuple):
+            raise AssertionError(f"{what}: expected a tensor (B, T, d), got a tuple of {len(got)}; return only "
+                                 "the output, not the attention weights")
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
+            try:
+                same_tensor(got, want, what)
+            except AssertionError as e:
+                raise AssertionError(f"{e}. Hint: {_SHAPES}.") from None
+        try:
+            same_tensor(got, want, what, atol=1e-8)
+        except AssertionError as e:
+            raise AssertionError(_first_wrong_position(got, want) + f"{e}; " + _diagnose(args, got, want)) from None
+    correct("Exercise 3: correct (your heads agree with MultiHeadAttention to 1e-8 on four shapes, H = 1 to 4)", my_multi_head_attention)
+
+
+def _online(scores, values, block, rescale_acc=True, rescale_l=True, sign=1, running_max=True, shift=True,
+            divide=True, m0=float("-inf")):
+    """The online softmax over blocks of `block` scores with one step changed, to recognise a learner's mistake."""
+    m, l, acc = m0, 0.0, torch.zeros(values.shape[1], dtype=torch.float64)
+    for start in range(0, len(scores), block):
+        s, v = scores[start:start + block], values[start:start + block]
+        m_new = max(m, s.max().item()) if running_max else s.max().item()
+        factor = math.exp(sign * (m - m_new)) if m > float("-inf") or sign == 1 else 0.0
+        c = m_new if shift else 0.0
+        with torch.no_grad():
+            e = torch.exp(s - c)
+        l = (l * factor if rescale_l else l) + e.sum().item()
+        acc = (acc * factor if rescale_acc else acc) + e @ v
+        m = m_new
+    return acc / l if divide else acc
+
+
+_ONLINE_MISTAKES = (
+    ("you rescaled the running sum l but not the accumulator acc: when a new block raises the maximum from m to m', "
+     "acc must be multiplied by exp(m - m') too", dict(rescale_acc=False)),
+    ("you rescaled acc but not the running sum l: both were computed relative to the old maximum, both get "
+     "exp(m - m')", dict(rescale_l=False)),
+    ("you rescaled neither l nor acc when the maximum rose: everything summed so far is relative to the old m and "
+     "must be multiplied by exp(m - m')", dict(rescale_acc=False, rescale_l=False)),
+    ("you rescaled by exp(m' - m); the old terms e^(s - m) become e^(s - m') by multiplying with exp(m - m'), "
+     "which is at most 1", dict(sign=-1)),
+    ("you returned acc without dividing by the running sum l", dict(divide=False)),
+)
+
+
+def check_4(my_online_softmax) -> None:
+    """my_online_softmax(scores, values, block): softmax(scores) @ values, one block of scores at a time."""
+    if not attempted(my_online_softmax(torch.zeros(2, dtype=torch.float64), torch.eye(2, dtype=torch.float64), 1), 4):
+        return
+    g = torch.Generator().manual_seed(0)
+    rising = torch.arange(12, dtype=torch.float64) * 0.7                   # every block raises the maximum
+    falling = rising.flip(0)                                               # the first block holds it
+    cases = [("scores rising block after block", rising, 4), ("scores falling", falling, 4),
+             ("random scores, blocks of 3 (the last block shorter)", torch.randn(20, generator=g, dtype=torch.float64) * 3, 3),
+             ("random scores, one block holds them all", torch.randn(7, generator=g, dtype=torch.float64), 7),
+             ("random scores, blocks of 1", torch.randn(9, generator=g, dtype=torch.float64) * 2, 1),
+             ("large scores (around 1000)", 1000 + torch.randn(10, generator=g, dtype=torch.float64), 4),
+             ("very negative scores (around -1000)", -1000 + torch.randn(10, generator=g, dtype=torch.float64), 4),
+             ("a block around 1000, then one around -1000",
+              torch.cat([1000 + torch.randn(4, generator=g, dtype=torch.float64),
+                         -1000 + torch.randn(4, generator=g, dtype=torch.float64)]), 4)]
+    for what, scores, block in cases:
+        values = torch.randn(len(scores), 3, generator=g, dtype=torch.float64)
+        got = calling(my_online_softmax, f"my_online_softmax({what}, values (n, 3), block={block})", scores, values,
+                      block, hint="(An OverflowError from math.exp means an exponent above 709: the rescaling factor "
+                      "is exp(m - m') with the RUNNING maximum m' = max(m, block's max), so it is never above 1.)")
+        want = torch.softmax(scores, 0) @ values
+        where = f"{what}, n = {len(scores)}, block = {block}"
+        assert isinstance(got, torch.Tensor), f"{where}: expected a tensor of shape (3,), got {type(got).__name__}"
+        if got.shape == want.shape and not torch.isfinite(got).all():
+            big = scores.abs().max().item() > 100
+            if scores.max() - scores.min() > 1000 and torch.isfinite(_online(scores, values, block)).all():
+                raise AssertionError(f"{where}: your result {got.tolist()} is not finite. Keep the RUNNING maximum, "
+                                     "m' = max(m, block's max): if m follows each block's own maximum it goes down "
+                                     "here, and the rescaling exp(m - m') = exp(2000) overflows")
+            raise AssertionError(f"{where}: your result {got.tolist()} is not finite. " + (
+                "Start from m = -inf (not 0) and work relative to the running maximum m: exp(s - m), never exp(s) "
+                "alone, which overflows at 1000 and gives 0 / 0 at -1000" if big else
+                "If you start from m = -inf, the first rescaling is exp(-inf - m') = 0, which is right; but "
+                "-inf - (-inf) is NaN, so compute m' = max(m, block's max) before you rescale"))
+        hint = ""
+        if got.shape == want.shape:
+            for said, variant in _ONLINE_MISTAKES:
+                if torch.allclose(got.double(), _online(scores, values, block, **variant), atol=1e-9):
+                    hint = said
+                    break
+        same_tensor(got, want, f"my_online_softmax: {where}", atol=1e-9, hint=hint)
+    correct("Exercise 4: correct (softmax(scores) @ values, block by block, with the running maximum)",
+            my_online_softmax)
+
+
+EXERCISES = {1: "my_softmax", 2: "my_causal_mask", 3: "my_multi_head_attention", 4: "my_online_softmax"}

@@ -60,7 +60,7 @@ def my_bytes_per_token(tokenizer, texts):
     return sum(len(t.encode("utf-8")) for t in texts) / sum(len(tokenizer.encode(t)) for t in texts)
 
 
-def answer_4():
+def answer_1():
     tok = default_tokenizer()
     return (len(tok.encode(" Lily")), len(tok.encode(" Zorblax")))      # (1, 5): frequent word, made-up word
 
@@ -92,6 +92,6 @@ WRONG = {
     "my_train_bpe": lambda text, vocab_size: _train(text, vocab_size, lambda p, vocab: (vocab[p[0]], vocab[p[1]])),
     "my_encode": _encode_left_to_right,
     "my_bytes_per_token": lambda tok, texts: sum(len(t.encode()) for t in texts) / sum(len(tok.encode(t)) for t in texts),
-    "answer_4": lambda: (1, 1),
+    "answer_1": lambda: (1, 1),
     "my_bits_per_byte": lambda nats, nbytes: nats / nbytes,                    # forgot nats -> bits
 }
