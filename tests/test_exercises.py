@@ -217,3 +217,21 @@ def test_lesson16_mistakes_are_named(name, i, words):
     with pytest.raises(AssertionError) as failure:
         getattr(lesson, f"check_{n}")(wrong[i])
     assert words in str(failure.value), str(failure.value)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_first_exercise_comes_within_the_lessons_first_third(path):
+    """Build as you read: the words of prose before the first cell that introduces an exercise (a heading naming
+    one, or a bold "Exercise N") are under a third of the lesson's prose."""
+    import json
+    import re
+    said = re.compile(r"(^#+ .*Exercise)|(\*\*Exercise \d)", re.M)
+    before, words = None, 0
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] == "markdown":
+            text = "".join(cell["source"])
+            if before is None and said.search(text):
+                before = words
+            words += len(text.split())
+    assert before is not None, f"{path.name}: no cell introduces an exercise"
+    assert before < words / 3, f"{path.name}: {before} of {words} words of prose come before the first exercise"

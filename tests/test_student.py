@@ -183,3 +183,15 @@ def test_the_student_edition_runs_under_nbval_and_every_exercise_is_not_attempte
                          cwd=out, env={**os.environ, "MINWIOLA_QUICK": "1"}, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     assert re.search(r"\b\d+ passed", run.stdout) and " failed" not in run.stdout
+
+
+def test_a_rebuild_never_touches_the_students_workspace(tmp_path):
+    """What the student's checks kept (student/mine/, lessons/exercises/__init__.py) makes the folder theirs."""
+    out = tmp_path / "student"
+    grade.student_edition(out)
+    kept = out / "mine" / "my_rmsnorm.py"
+    kept.parent.mkdir()
+    kept.write_text("def my_rmsnorm(x, weight, eps=1e-6):\n    return x\n")
+    with pytest.raises(grade.ClassroomError, match="added or changed after the student edition was written"):
+        grade.student_edition(out)
+    assert kept.read_text().startswith("def my_rmsnorm")
