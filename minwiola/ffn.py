@@ -47,6 +47,15 @@ class MLP(nn.Module):
         return self.down(self.act(self.up(x)))
 
 
+def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,
+           b_gate: torch.Tensor | None = None, b_up: torch.Tensor | None = None, b_down: torch.Tensor | None = None
+           ) -> torch.Tensor:
+    """SwiGLU from its weights, stored as nn.Linear stores them, (out, in): `(silu(x W_gate^T) * x W_up^T) W_down^T`
+    (plus the biases, if any). Its first four arguments are lesson 03's exercise 3, so a later lesson can put the
+    learner's own function in its place (exercises.mine)."""
+    return F.linear(F.silu(F.linear(x, w_gate, b_gate)) * F.linear(x, w_up, b_up), w_down, b_down)
+
+
 class SwiGLU(nn.Module):
     """SwiGLU feed-forward: `down(silu(gate(x)) * up(x))`; (B, T, d) -> (B, T, d)."""
 
@@ -57,7 +66,8 @@ class SwiGLU(nn.Module):
         self.down = nn.Linear(hidden, d, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.silu(self.gate(x)) * self.up(x))
+        return swiglu(x, self.gate.weight, self.up.weight, self.down.weight, self.gate.bias, self.up.bias,
+                      self.down.bias)
 
 
 class DSFF(nn.Module):

@@ -70,24 +70,30 @@ def test_every_further_wrong_answer_fails_too(lesson, n, name, i, capsys):
     assert len(str(failure.value)) > 20 and "correct" not in capsys.readouterr().out
 
 
+def _failure(lesson: str, name: str, i: int | None) -> str:
+    """The message with which lesson's check of `name` rejects its WRONG answer (i None) or ALSO_WRONG[name][i]."""
+    checks, solutions = (importlib.import_module(f"exercises.{m}") for m in (lesson, f"solutions.{lesson}"))
+    n = {fn: n for n, fn in checks.EXERCISES.items()}[name]
+    with pytest.raises(AssertionError) as failure:
+        getattr(checks, f"check_{n}")(solutions.WRONG[name] if i is None else solutions.ALSO_WRONG[name][i])
+    return str(failure.value)
+
+
 LESSON15_NAMED = [("my_add_noise", 2, "t[:, None]"), ("my_unmask_step", 1, "largest logit is the [MASK] column"),
                   ("my_unmask_step", 2, "drops the [MASK] column and renormalises"),
                   ("my_unmask_step", 3, "k is per row"), ("my_unmask_step", 4, "leave the other masks as masks"),
                   ("my_add_noise", 3, "identical masks"), ("my_unmask_step", 5, "Rank only the masked positions"),
-                  ("my_unmask_step", 6, "softmax over the positions")]
+                  ("my_unmask_step", 6, "softmax over the positions"), ("my_unmask_step", 7, "raw logit")]
 
 
 @pytest.mark.parametrize("name,i,words", LESSON15_NAMED, ids=[f"lesson15-{n}-{i}" for n, i, _ in LESSON15_NAMED])
 def test_lesson15_mistakes_are_named(name, i, words):
     """Lesson 15's checks name each listed mistake (a message, never a raw traceback; the [MASK]-column hint only
     when too few tokens were revealed): review learner-11-14-15."""
-    lesson, solutions = (importlib.import_module(f"exercises.{m}") for m in ("lesson15", "solutions.lesson15"))
-    check = {"my_add_noise": lesson.check_1, "my_unmask_step": lesson.check_2}[name]
-    with pytest.raises(AssertionError) as failure:
-        check(solutions.ALSO_WRONG[name][i])
-    assert words in str(failure.value), str(failure.value)
+    said = _failure("lesson15", name, i)
+    assert words in said
     if words != "largest logit is the [MASK] column":
-        assert "largest logit is the [MASK] column" not in str(failure.value)
+        assert "largest logit is the [MASK] column" not in said
 
 
 LESSON14_NAMED = [("my_top_k", 0, "return (chosen, weights)"), ("my_top_k", 1, "softmax of the chosen PROBABILITIES"),
@@ -101,17 +107,24 @@ LESSON14_NAMED = [("my_top_k", 0, "return (chosen, weights)"), ("my_top_k", 1, "
                   ("my_kept", 3, "inverted mask (True = dropped)"),
                   ("my_top_k", 4, "first call (N=3, E=4, k=2): your function raised IndexError"),
                   ("my_balancing_loss", 5, "count chosen.reshape(-1)"),
-                  ("my_kept", 4, "first call (B=2, T=3, k=2, E=4, C=2): your function raised IndexError")]
+                  ("my_kept", 4, "first call (B=2, T=3, k=2, E=4, C=2): your function raised IndexError"),
+                  ("my_balancing_loss", 6, "no gradient cannot balance")]
 
 
 @pytest.mark.parametrize("name,i,words", LESSON14_NAMED, ids=[f"lesson14-{n}-{i}" for n, i, _ in LESSON14_NAMED])
 def test_lesson14_mistakes_are_named(name, i, words):
     """Lesson 14's checks name each listed mistake (no raw traceback, no bare 'expected X'): review learner-11-14-15."""
-    lesson, solutions = (importlib.import_module(f"exercises.{m}") for m in ("lesson14", "solutions.lesson14"))
-    check = {"my_top_k": lesson.check_1, "my_balancing_loss": lesson.check_2, "my_kept": lesson.check_3}[name]
-    with pytest.raises(AssertionError) as failure:
-        check(solutions.WRONG[name] if i is None else solutions.ALSO_WRONG[name][i])
-    assert words in str(failure.value), str(failure.value)
+    assert words in _failure("lesson14", name, i)
+
+
+LESSON13_NAMED = [("my_zoh", 0, "divide by a, not by dt a"), ("my_scan", 0, "u of shape (3, 4)"),
+                  ("my_kernel", 0, "the real part of the kernel")]
+
+
+@pytest.mark.parametrize("name,i,words", LESSON13_NAMED, ids=[f"lesson13-{n}-{i}" for n, i, _ in LESSON13_NAMED])
+def test_lesson13_mistakes_are_named(name, i, words):
+    """Lesson 13's checks name each listed mistake, an error on the first call included: review learner-12-13."""
+    assert words in _failure("lesson13", name, i)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])

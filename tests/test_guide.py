@@ -47,7 +47,7 @@ def test_every_lesson_has_its_objective_exercises_and_measured_times(stem):
 
 def test_objectives_and_references_are_read_from_the_lesson():
     assert "How do we turn *any* text into a short list of integers" in make_guide.objective("01_tokenizer")[1]
-    assert make_guide.builds_on("13_state_space") == [2, 4, 5]       # "(lesson 04)", "(lesson 02)", "(lesson 05 ...)"
+    assert make_guide.builds_on("13_state_space") == [2, 3, 4, 5]    # "(lesson 04)", "(lesson 02)", "lesson 03", "(lesson 05 ...)"
     assert all(n < 5 for n in make_guide.builds_on("05_wiola_rmsnorm"))
 
 

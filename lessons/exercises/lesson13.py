@@ -1,6 +1,6 @@
 """Self-checks for lesson 13's exercises: zero-order-hold discretisation of a diagonal system (with its a -> 0
-limit), the convolution kernel K = (C B_bar, C A_bar B_bar, ...), and the scan (the recurrence), each compared with
-`minwiola.ssm`. A function that still returns None is "not attempted yet". Solutions: `solutions/lesson13.py` (look
+limit), the scan (the recurrence) and the convolution kernel K = (C B_bar, C A_bar B_bar, ...), in the order the
+lesson derives them, each compared with `minwiola.ssm`. A function that still returns None is "not attempted yet". Solutions: `solutions/lesson13.py` (look
 after trying).
 
 When an answer is wrong, the check also computes the usual mistakes from the same inputs and names the one your
@@ -23,9 +23,18 @@ def call(fn, name: str, inputs: str):
     return run
 
 
+def as_want(got, want):
+    """got in want's dtype; a complex result for a real system keeps only its real part (with no warning), so the
+    comparison with the expected values still says what is wrong."""
+    if isinstance(got, torch.Tensor) and got.is_complex() and not want.is_complex():
+        got = got.real
+    return got
+
+
 def matches(got, variants: dict, tol: float = 1e-9) -> str:
     """The name of the variant `got` equals (to tol), else ''."""
     for name, value in variants.items():
+        got = as_want(got, value)
         if (isinstance(got, torch.Tensor) and got.shape == value.shape
                 and torch.allclose(got.to(value.dtype), value, atol=tol, rtol=0)):
             return name
@@ -37,7 +46,7 @@ def expect(got, want, what: str, variants: dict, otherwise: str = "", atol: floa
     if isinstance(got, torch.Tensor) and got.shape == want.shape and torch.isnan(got).any() and not want.isnan().any():
         bad = tuple(int(i) for i in torch.isnan(got).nonzero()[0])
         raise AssertionError(f"{what}: NaN at index {bad}. {otherwise}")
-    same_tensor(got, want, what, atol=atol, hint=matches(got, variants) or otherwise)
+    same_tensor(as_want(got, want), want, what, atol=atol, hint=matches(got, variants) or otherwise)
 
 
 # ---------------------------------------------------------------------------------------------------- exercise 1
@@ -77,6 +86,9 @@ def check_1(my_zoh) -> None:
             "integrate e^(s a) b over s in [0, dt]": euler[1],
             "dt b / (1 - dt a/2), the bilinear rule's B_bar": bilinear[1],
             "(e^(dt a) - 1) b: the integral of e^(s a) is (e^(dt a) - 1) / a, divide by a": torch.expm1(dt * a) * b,
+            "(e^(dt a) - 1) / (dt a) b, 1/dt times the answer: the integral of e^(s a) over [0, dt] is "
+            "(e^(dt a) - 1) / a; divide by a, not by dt a (equivalently dt phi1(dt a) b)":
+                torch.where(a == 0, b, torch.expm1(dt * a) / (dt * safe) * b),
             "(e^(dt a) - 1) / a b computed as written: at a -> 0 the subtraction cancels the digits; use expm1 and "
             "the limit dt b at a = 0": torch.where(a == 0, dt * b, (torch.exp(dt * a) - 1) / safe * b)},
             otherwise="B_bar = (e^(dt a) - 1) / a * b, whose limit at a = 0 is dt b (0/0 must not reach the result; "
@@ -84,7 +96,7 @@ def check_1(my_zoh) -> None:
     correct("Exercise 1: correct (ZOH: A_bar = e^(dt a), B_bar = (e^(dt a) - 1)/a b, dt b at a = 0)", my_zoh)
 
 
-# ---------------------------------------------------------------------------------------------------- exercise 2
+# ---------------------------------------------------------------------------------------------- exercises 2 and 3
 
 def systems():
     """(what, A_bar, B_bar, C) test systems: complex (d, N), real (N,), and one with |A_bar| close to 1."""
@@ -100,10 +112,10 @@ def systems():
              torch.tensor([0.1 + 0j, 1 + 0j], dtype=C128), torch.tensor([1 + 1j, 2 + 0j], dtype=C128))]
 
 
-def check_2(my_kernel) -> None:
+def check_3(my_kernel) -> None:
     """my_kernel(A_bar, B_bar, C, T) -> K (..., T), K_k = sum_n C_n A_bar_n^k B_bar_n, against ssm.kernel."""
     what, A_bar, B_bar, C = systems()[0]
-    if not attempted(my_kernel(A_bar, B_bar, C, 5), 2):
+    if not attempted(my_kernel(A_bar, B_bar, C, 5), 3):
         return
     for what, A_bar, B_bar, C in systems():
         for T in (1, 7, 40):
@@ -115,13 +127,17 @@ def check_2(my_kernel) -> None:
                 "(C A_bar B_bar, C A_bar^2 B_bar, ...): the kernel starts at the power 0, K_0 = C B_bar (the input "
                 "of this very step, x_k = ... + B_bar u_k)": longer[..., 1:],
                 "the kernel reversed in time: K_0 = C B_bar is the weight of the newest input": want.flip(-1),
-                "sum_n C_n A_bar_n^k without B_bar": kernel(A_bar, torch.ones_like(B_bar), C, T)},
+                "sum_n C_n A_bar_n^k without B_bar": kernel(A_bar, torch.ones_like(B_bar), C, T),
+                "the real part of the kernel: the kernel here is complex, sum_n C_n A_bar_n^k B_bar_n as it is (the "
+                "layer's 2 Re comes later, when a channel's conjugate pairs are folded together)": want.real.to(want.dtype),
+                "2 Re of the kernel (what the layer does with half the modes); here return the complex sum itself":
+                    (2 * want.real).to(want.dtype)},
                 otherwise="K_k = sum over the modes n of C_n A_bar_n^k B_bar_n, for k = 0 .. T-1 (one number per "
                           "time step and channel: sum over the last axis, the modes)")
-    correct("Exercise 2: correct (K = (C B_bar, C A_bar B_bar, C A_bar^2 B_bar, ...))", my_kernel)
+    correct("Exercise 3: correct (K = (C B_bar, C A_bar B_bar, C A_bar^2 B_bar, ...))", my_kernel)
 
 
-# ---------------------------------------------------------------------------------------------------- exercise 3
+# ------------------------------------------------------------------------------------- exercise 2 (the scan)
 
 def lagging_scan(A_bar, B_bar, C, D, u):
     """The usual mistake: y_k read from the state before this step's update."""
@@ -134,12 +150,14 @@ def lagging_scan(A_bar, B_bar, C, D, u):
     return torch.stack(ys, -1)
 
 
-def check_3(my_scan) -> None:
+def check_2(my_scan) -> None:
     """my_scan(A_bar, B_bar, C, D, u) -> y (..., T): x_k = A_bar x_{k-1} + B_bar u_k (x_{-1} = 0), y_k = C x_k + D u_k,
     against ssm.scan and against the kernel's convolution."""
     what, A_bar, B_bar, C = systems()[0]
     g = torch.Generator().manual_seed(2)
-    if not attempted(my_scan(A_bar, B_bar, C, 0.5, torch.randn(3, 4, generator=g, dtype=F64)), 3):
+    first = "3 channels of 4 complex modes, u of shape (3, 4), D = 0.5"
+    if not attempted(call(my_scan, "my_scan", first)(A_bar, B_bar, C, 0.5, torch.randn(3, 4, generator=g, dtype=F64)),
+                     2):
         return
     for what, A_bar, B_bar, C in systems():
         for shape, D in (((*A_bar.shape[:-1], 1), 0.0), ((*A_bar.shape[:-1], 12), 0.5), ((2, *A_bar.shape[:-1], 30), 1.0)):
@@ -157,7 +175,7 @@ def check_3(my_scan) -> None:
                 "each step starting from a zero state: the state x must carry over from step to step": x_reset},
                 otherwise="x_k = A_bar x_{k-1} + B_bar u_k from x_{-1} = 0, then y_k = sum_n C_n x_k,n + D u_k; the "
                           "time axis is the last one of u")
-    correct("Exercise 3: correct (the scan equals the convolution with K: two views, one system)", my_scan)
+    correct("Exercise 2: correct (the scan equals the convolution with K: two views, one system)", my_scan)
 
 
-EXERCISES = {1: "my_zoh", 2: "my_kernel", 3: "my_scan"}
+EXERCISES = {1: "my_zoh", 2: "my_scan", 3: "my_kernel"}

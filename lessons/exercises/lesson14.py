@@ -116,7 +116,25 @@ def check_2(my_balancing_loss) -> None:
     got = float(_run(my_balancing_loss, "uniform router, every token to experts 0 and 1", uniform,
                      torch.tensor([[0, 1]] * 8), 4, hint=f"(experts 2 and 3 are chosen by no token: {unchosen})"))
     assert abs(got - 1) < 1e-9, f"a uniform router gives L_bal = 1 whatever it chooses; got {got:.6g}"
-    correct("Exercise 2: correct (L_bal = E sum f_e P_e; 1 for a uniform router)", my_balancing_loss)
+    # what balances is the gradient (section 2): the loss must stay a tensor that backward() carries to the router
+    logits = torch.randn(12, 5, generator=torch.Generator().manual_seed(5), dtype=F64).requires_grad_()
+    probs = logits.softmax(-1)
+    loss = _run(my_balancing_loss, "N=12, E=5, k=2, probabilities with a gradient", probs,
+                probs.detach().topk(2, -1).indices, 5)
+    if not (isinstance(loss, torch.Tensor) and loss.requires_grad):
+        raise AssertionError(f"N=12, E=5, k=2: your loss is {type(loss).__name__}"
+                             f"{'' if not isinstance(loss, torch.Tensor) else ' with no gradient'}: a number with no "
+                             "gradient cannot balance anything. Keep it a torch tensor built from probs (no float(), "
+                             ".item() or .detach()), so that loss.backward() reaches the router's probabilities")
+    loss.backward()
+    f = balancing_loss(probs.detach(), probs.detach().topk(2, -1).indices, 5)[1]
+    p = probs.detach()
+    push = 5 / 12 * p * (f - (p * f).sum(-1, keepdim=True))          # section 2's dL_bal/d logits
+    assert logits.grad is not None and torch.allclose(logits.grad, push, atol=1e-12), (
+        "N=12, E=5, k=2: the gradient your loss sends to the router's logits is not (E/N) p_ie (f_e - f_bar_i): f_e "
+        "counts choices and carries no gradient (compute it from chosen, a count); P_e, the mean of probs, carries it")
+    correct("Exercise 2: correct (L_bal = E sum f_e P_e; 1 for a uniform router; its gradient reaches the router)",
+            my_balancing_loss)
 
 
 def _served(order: torch.Tensor, E: int, C: int) -> torch.Tensor:

@@ -135,6 +135,30 @@ def _over_positions(x, logits, k):
     return _commit(x, no_mask.softmax(1).gather(-1, predicted[..., None]).squeeze(-1), predicted, k)
 
 
+def _by_raw_logit(x, logits, k):
+    """The mistake of ranking by the predicted token's raw logit, not its probability."""
+    no_mask = logits.index_fill(-1, torch.tensor([MASK]), float("-inf"))
+    return _commit(x, no_mask.amax(-1), no_mask.argmax(-1), k)
+
+
+def _ranking_mistake(my_unmask_step) -> str:
+    """Which of two ranking mistakes the learner made, told apart on a case where they give different answers (on
+    some cases a raw-logit ranking and a softmax over the positions commit the same positions)."""
+    x, logits = _step_case(1)
+    got = torch.as_tensor(_call_step(my_unmask_step, x, logits, 2))
+    raw, positions = _by_raw_logit(x, logits, 2), _over_positions(x, logits, 2)
+    assert not torch.equal(raw, positions), "the check's own case must tell the two mistakes apart"
+    if torch.equal(got, raw):
+        return ("you ranked by the predicted token's raw logit. Confidence is its PROBABILITY, the softmax over the "
+                "real tokens of that position: each position has its own normaliser (log-sum-exp), so the largest "
+                "logit is not the surest prediction; rank by softmax(logits without [MASK], dim=-1).max(-1)")
+    if torch.equal(got, positions):
+        return ("you took the softmax over the positions (dim 1), not over the vocabulary (the last dim): each "
+                "position's distribution is over the tokens: softmax(..., dim=-1), taken after the [MASK] column is "
+                "set to -inf")
+    return ""
+
+
 def check_2(my_unmask_step) -> None:
     """my_unmask_step(x (B, T), logits (B, T, V), k, mask) -> new x: at every masked position predict the most
     likely token that is not the mask; keep the k most confident predictions of each row (highest probability of
@@ -158,9 +182,10 @@ def check_2(my_unmask_step) -> None:
                                  f"{got[i].item()}: only masked positions may be filled")
         axis = ("each position's distribution is over the tokens: softmax(..., dim=-1), taken after the [MASK] "
                 "column is set to -inf")
-        if torch.equal(got, _over_positions(x, logits, k)):
-            raise AssertionError(f"{case}: you took the softmax over the positions (dim 1), not over the vocabulary "
-                                 f"(the last dim): {axis}")
+        if torch.equal(got, _over_positions(x, logits, k)) or torch.equal(got, _by_raw_logit(x, logits, k)):
+            mistake = _ranking_mistake(my_unmask_step)
+            if mistake:
+                raise AssertionError(f"{case}: {mistake}")
         if torch.equal(got, x):
             calm = logits.clone()
             calm[..., MASK] = logits.amin(-1) - 5                       # no [MASK] logit tempts anywhere

@@ -44,3 +44,15 @@ def _read_before_update(A_bar, B_bar, C, D, u):                   # y_k = C x_{k
 
 
 WRONG = {"my_zoh": _euler, "my_kernel": _one_power_late, "my_scan": _read_before_update}
+
+
+def _divided_by_dt_a(a, b, dt):                                  # (e^(dt a) - 1) / (dt a) b: 1/dt times B_bar
+    zero = a == 0
+    safe = torch.where(zero, torch.ones_like(a), a)
+    return torch.exp(dt * a), torch.where(zero, b, torch.expm1(dt * safe) / (dt * safe) * b)
+
+
+# more plausible mistakes, each caught with a message that names it (tests/test_exercises.py)
+ALSO_WRONG = {"my_zoh": [_divided_by_dt_a],
+              "my_scan": [lambda A_bar, B_bar, C, D, u: my_scan(A_bar, B_bar, C, D, u.T)],   # time on the first axis
+              "my_kernel": [lambda A_bar, B_bar, C, T: my_kernel(A_bar, B_bar, C, T).real]}  # the real part only

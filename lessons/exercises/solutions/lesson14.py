@@ -85,3 +85,4 @@ ALSO_WRONG["my_top_k"].append(lambda probs, k: probs.topk(k, dim=2))            
 ALSO_WRONG["my_balancing_loss"].append(
     lambda probs, chosen, E: E * (torch.bincount(chosen, minlength=E) / chosen.numel() * probs.mean(0)).sum())  # 2-D
 ALSO_WRONG["my_kept"].append(lambda chosen, E, C: chosen[chosen.shape[0]] > 0)              # IndexError: row B
+ALSO_WRONG["my_balancing_loss"].append(lambda probs, chosen, E: my_balancing_loss(probs, chosen, E).item())  # no gradient

@@ -94,6 +94,15 @@ def _visible_in_the_ranking(x, logits, k, mask):                # top k over eve
     return torch.where(reveal, predicted, x)
 
 
+def _by_raw_logit(x, logits, k, mask):                           # ranked by the raw logit, not its probability
+    logits = logits.clone()
+    logits[..., mask] = float("-inf")
+    best, predicted = logits.max(-1)
+    chosen = best.masked_fill(x != mask, float("-inf")).topk(k, dim=-1).indices
+    reveal = torch.zeros_like(x, dtype=torch.bool).scatter(-1, chosen, True) & (x == mask)
+    return torch.where(reveal, predicted, x)
+
+
 def _softmax_over_positions(x, logits, k, mask):                 # log_softmax over dim 1 (positions), not the tokens
     logits = logits.clone()
     logits[..., mask] = float("-inf")
@@ -113,5 +122,5 @@ ALSO_WRONG = {
                      _fixed_count, _t_without_a_column,    # one t for the batch; a fixed count; no column axis
                      _one_uniform_per_column],             # the rows share their uniforms
     "my_unmask_step": [_predicts_everywhere, _predicts_mask, _confidence_with_mask_column, _k_over_the_batch,
-                       _fills_every_mask, _visible_in_the_ranking, _softmax_over_positions],
+                       _fills_every_mask, _visible_in_the_ranking, _softmax_over_positions, _by_raw_logit],
 }
