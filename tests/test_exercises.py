@@ -217,3 +217,9 @@ def test_lesson16_mistakes_are_named(name, i, words):
     with pytest.raises(AssertionError) as failure:
         getattr(lesson, f"check_{n}")(wrong[i])
     assert words in str(failure.value), str(failure.value)
+
+
+def test_lesson08_projected_context_count_is_named():
+    """Lesson 08's exercise 2 names the count of the projected context keys and values, 2 L H_kv d_h, which equals
+    the true L d only at H_kv = H/2 (review learner-05-10, 08-E1): the check tries H_kv = H and H_kv = 1 too."""
+    assert_named("lesson08", "summary_state_size", 1, "projected context keys and values")
