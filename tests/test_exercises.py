@@ -248,3 +248,9 @@ def test_the_first_exercise_comes_within_the_lessons_first_third(path):
             words += len(text.split())
     assert before is not None, f"{path.name}: no cell introduces an exercise"
     assert before < words / 3, f"{path.name}: {before} of {words} words of prose come before the first exercise"
+
+
+def test_lesson08_projected_context_count_is_named():
+    """Lesson 08's exercise 2 names the count of the projected context keys and values, 2 L H_kv d_h, which equals
+    the true L d only at H_kv = H/2 (review learner-05-10, 08-E1): the check tries H_kv = H and H_kv = 1 too."""
+    assert_named("lesson08", "summary_state_size", 1, "projected context keys and values")

@@ -58,15 +58,28 @@ def check_2(summary_state_size) -> None:
     cfg = preset("tiny-llama", gcla="causal")
     if not attempted(summary_state_size(cfg), 2):
         return
-    for c in (cfg, preset("wiola-tiny"), preset("wiola-yocto", n_layers=3, d=48, n_heads=4, n_kv_heads=2)):
+    # H_kv = H/2 (the first three), then H_kv = H, H_kv = 1 and H_kv = H/4: at H_kv = H/2 the projected context keys
+    # and values, 2 H_kv d_h per layer, happen to be d numbers too, so only other groupings tell the two apart
+    small = dict(n_layers=3, d=48, n_heads=4)
+    for c in (cfg, preset("wiola-tiny"), preset("wiola-yocto", n_kv_heads=2, **small),
+              preset("wiola-yocto", n_kv_heads=4, **small), preset("wiola-yocto", n_kv_heads=1, **small),
+              preset("wiola-yocto", n_layers=2, d=64, n_heads=8, n_kv_heads=2)):
         model = LanguageModel(c).eval()
         cache = model.new_cache()
         with torch.no_grad():
             model(torch.zeros(1, 5, dtype=torch.long), cache)
         want = sum(layer.input_sum.numel() for layer in cache)
         got = summary_state_size(c)
-        assert got == want, (f"d = {c.d}, {c.n_layers} layers: got {got!r}, a real cache holds {want} running-sum "
-                             "numbers (count the running sums only, not the KV cache)")
+        H_kv = c.n_kv_heads or c.n_heads
+        projected = 2 * c.n_layers * H_kv * (c.d // c.n_heads)
+        hint = ""
+        if got == projected != want:
+            hint = (f". You counted the projected context keys and values, 2 L H_kv d_h = {projected}: the cache "
+                    "keeps the running sum of each layer's INPUT (d numbers) and projects it with W_K^ctx, W_V^ctx "
+                    "afresh at every step (at H_kv = H/2 the two counts agree by chance)")
+        assert got == want, (f"d = {c.d}, {c.n_layers} layers, H = {c.n_heads}, H_kv = {H_kv}: got {got!r}, a real "
+                             f"cache holds {want} running-sum numbers (count the running sums only, not the KV "
+                             f"cache){hint}")
     correct(f"Exercise 2: correct ({summary_state_size(preset('wiola-360m')):,} numbers for wiola-360m)", summary_state_size)
 
 

@@ -8,7 +8,7 @@ from minwiola import atm
 from minwiola.budget import forward_flops
 from minwiola.model import preset
 
-EXERCISES = {1: "merge_pairs", 2: "unmerge_pairs", 3: "greedy_pairs", 4: "max_merge_ratio", 5: "mu_for_five_percent"}
+EXERCISES = {1: "greedy_pairs", 2: "max_merge_ratio", 3: "merge_pairs", 4: "unmerge_pairs", 5: "mu_for_five_percent"}
 
 
 def cases():
@@ -23,10 +23,10 @@ def cases():
     yield torch.randn(2, 21, 5, generator=g, dtype=torch.float64), atm.merge_plan(rho, 0.6)
 
 
-def check_1(merge_pairs) -> None:
+def check_3(merge_pairs) -> None:
     """merge_pairs(x, slot) -> (merged (B, T', d), positions (B, T')): copy-forward, each slot its first token."""
     x, slot = next(cases())
-    if not attempted(merge_pairs(x, slot), 1):
+    if not attempted(merge_pairs(x, slot), 3):
         return
     for x, slot in cases():
         want, want_pos = atm.merge(x, slot, "copy-forward")
@@ -49,14 +49,14 @@ def check_1(merge_pairs) -> None:
                 assert int(positions[b, k]) == t, (f"sequence {b}, slot {k} (tokens {members}): position "
                                                    f"{int(positions[b, k])}, expected {t}, its first token's original "
                                                    "position (not the slot index)")
-    correct("Exercise 1: correct", merge_pairs)
+    correct("Exercise 3: correct", merge_pairs)
 
 
-def check_2(unmerge_pairs) -> None:
+def check_4(unmerge_pairs) -> None:
     """unmerge_pairs(y, slot) -> (B, T, d): every token gets its slot's output."""
     x, slot = next(cases())
     y = torch.randn(slot.shape[0], int(slot.max()) + 1, 3, dtype=torch.float64)
-    if not attempted(unmerge_pairs(y, slot), 2):
+    if not attempted(unmerge_pairs(y, slot), 4):
         return
     for x, slot in cases():
         y = torch.randn(slot.shape[0], int(slot.max()) + 1, x.shape[-1], dtype=torch.float64,
@@ -72,12 +72,12 @@ def check_2(unmerge_pairs) -> None:
             raise AssertionError(f"sequence {b}, position {t}: it belongs to slot {k} "
                                  f"(tokens {(slot[b] == k).nonzero().flatten().tolist()}) and must get y[{b}, {k}]; "
                                  f"got {got[b, t].tolist()}")
-    correct("Exercise 2: correct", unmerge_pairs)
+    correct("Exercise 4: correct", unmerge_pairs)
 
 
-def check_3(greedy_pairs) -> None:
+def check_1(greedy_pairs) -> None:
     """greedy_pairs(above): the positions where Algorithm 1 starts a pair, given rho_t > tau for t = 0..T-2."""
-    if not attempted(greedy_pairs([True]), 3):
+    if not attempted(greedy_pairs([True]), 1):
         return
     g = torch.Generator().manual_seed(3)
     for _ in range(100):
@@ -86,17 +86,17 @@ def check_3(greedy_pairs) -> None:
         expected = [group[0] for group in atm.merge_plan_loop(rho, 0.5)[0] if len(group) == 2]
         got = greedy_pairs(above)
         assert got == expected, f"for {above}: expected {expected}, got {got}"
-    correct("Exercise 3: correct", greedy_pairs)
+    correct("Exercise 1: correct", greedy_pairs)
 
 
-def check_4(max_merge_ratio) -> None:
+def check_2(max_merge_ratio) -> None:
     """max_merge_ratio(T): the largest mu Algorithm 1 can reach on T tokens."""
-    if not attempted(max_merge_ratio(10), 4):
+    if not attempted(max_merge_ratio(10), 2):
         return
     for T in (2, 3, 10, 11, 64):
         want = atm.merge_ratio(atm.merge_plan(torch.ones(1, T - 1), 0.5))
         assert abs(max_merge_ratio(T) - want) < 1e-12, f"T = {T}: got {max_merge_ratio(T)!r}, expected {want}"
-    correct("Exercise 4: correct", max_merge_ratio)
+    correct("Exercise 2: correct", max_merge_ratio)
 
 
 def check_5(mu_for_five_percent) -> None:

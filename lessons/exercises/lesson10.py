@@ -92,11 +92,11 @@ CONVERSATIONS = [
 ]
 
 
-def check_4(render_chat) -> None:
+def check_5(render_chat) -> None:
     """render_chat(messages, add_generation_prompt): the paper's chat format as text, checked against the chat
     template of minwiola.hf (what apply_chat_template renders) on three conversations, with and without the
     generation prompt."""
-    if not attempted(render_chat(CONVERSATIONS[0][1], False), 4):
+    if not attempted(render_chat(CONVERSATIONS[0][1], False), 5):
         return
     from minwiola.hf import hf_tokenizer
     tokenizer = hf_tokenizer(default_tokenizer())
@@ -121,13 +121,13 @@ def check_4(render_chat) -> None:
                 hint = "every turn, the assistant's too, closes with <|end|>"
             raise AssertionError(f"{what}, add_generation_prompt={prompt}: got {got!r}, expected {want!r}"
                                  + (f". {hint}" if hint else ""))
-    correct("Exercise 4: correct (the same text as the chat template on every conversation)", render_chat)
+    correct("Exercise 5: correct (the same text as the chat template on every conversation)", render_chat)
 
 
-def check_5(byte_level) -> None:
+def check_4(byte_level) -> None:
     """byte_level(token): a token's bytes as tokenizer.json writes them (GPT-2's printable stand-ins), checked on
     every token of the shipped tokenizer against the vocabulary of minwiola.hf's tokenizer."""
-    if not attempted(byte_level(b" a"), 5):
+    if not attempted(byte_level(b" a"), 4):
         return
     from minwiola.hf import byte_to_unicode, hf_tokenizer
     written = {i: s for s, i in hf_tokenizer(default_tokenizer()).get_vocab().items()}
@@ -146,8 +146,8 @@ def check_5(byte_level) -> None:
                         "space, 33 for byte 127), not U+0100 plus the byte itself")
             raise AssertionError(f"token {i}, bytes {token!r}: got {got!r}, expected {written[i]!r}"
                                  + (f". {hint}" if hint else ""))
-    correct(f"Exercise 5: correct on all {len(default_tokenizer().vocab):,} tokens", byte_level)
+    correct(f"Exercise 4: correct on all {len(default_tokenizer().vocab):,} tokens", byte_level)
 
 
-EXERCISES = {1: "count", 2: "mistral_kv_bytes", 3: "chinchilla_epochs", 4: "render_chat",
-             5: "byte_level"}   # check -> the learner's function
+EXERCISES = {1: "count", 2: "mistral_kv_bytes", 3: "chinchilla_epochs", 4: "byte_level",
+             5: "render_chat"}   # check -> the learner's function

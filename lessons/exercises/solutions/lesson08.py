@@ -37,3 +37,10 @@ WRONG = {
     "summary_state_size": lambda cfg: 2 * cfg.n_layers * cfg.d,    # counted a sum and a mean per layer
     "library_to_paper_heads": paper_to_library_heads,
 }
+
+
+def projected_context_size(cfg):          # the context keys and values after W_K^ctx, W_V^ctx: not what is kept
+    return 2 * cfg.n_layers * (cfg.n_kv_heads or cfg.n_heads) * (cfg.d // cfg.n_heads)
+
+
+ALSO_WRONG = {"summary_state_size": [projected_context_size]}
