@@ -8,6 +8,7 @@ import torch
 from minwiola import data
 from minwiola.attention import DecodingState
 from minwiola.generate import generate, generate_ids, sample_next, top_p_filter
+from minwiola.positions import rope_coefficients
 from minwiola.model import MIXERS, PRESETS, LanguageModel, ModelConfig, evaluating, initial_loss, preset
 from minwiola.tokenizer import default_tokenizer
 from helpers import big_model, fit, ids
@@ -126,6 +127,39 @@ def test_post_norm_and_sinusoidal_variants_are_causal_and_cacheable():
     cache = model.new_cache()
     steps = torch.cat([model(x[:, t:t + 1], cache) for t in range(16)], dim=1)
     assert (steps - model(x)).abs().max() < 1e-10
+
+
+@pytest.mark.parametrize("d", [64, 256])
+def test_the_sinusoidal_table_is_added_at_the_size_of_the_token_embeddings(d):
+    # The formula's rows have norm sqrt(d/2) (5.7 at d = 64), 35 times a token's at init: the table drowned the
+    # tokens (lesson 12). The model scales it to entries of RMS init_std, the learned table's size at init.
+    torch.manual_seed(0)
+    model = LanguageModel(preset("llama-style", positions="sinusoidal", d=d))
+    tokens, rows = model.embed.weight.norm(dim=1).mean(), model.pos_table.norm(dim=1)
+    assert torch.allclose(rows, torch.full_like(rows, model.config.init_std * math.sqrt(d)), rtol=1e-5)
+    assert 0.9 < (rows.mean() / tokens).item() < 1.1, (rows.mean(), tokens)
+
+
+def test_rope_scaling_is_a_config_field_of_rope_models_only():
+    torch.manual_seed(0)
+    plain = LanguageModel(preset("tiny-llama")).eval()
+    x = ids(plain, T=16)
+    for method in ("interpolation", "ntk", "yarn"):              # s = 1: the same model
+        same = LanguageModel(preset("tiny-llama", rope_scaling=method, rope_factor=1.0)).eval()
+        same.load_state_dict(plain.state_dict())
+        assert torch.allclose(same(x), plain(x), atol=1e-6), method
+    stretched = LanguageModel(preset("tiny-llama", context=4 * plain.config.context, rope_scaling="interpolation",
+                                     rope_factor=4.0)).eval()
+    stretched.load_state_dict(plain.state_dict())
+    cos, sin = rope_coefficients(torch.arange(4 * plain.config.context), plain.config.d_h, plain.config.rope_theta,
+                                 "interpolation", 4.0)
+    attention = stretched.blocks[0].mixer
+    assert torch.allclose(attention.cos.double(), cos, atol=1e-6) and torch.allclose(attention.sin.double(), sin, atol=1e-6)
+    assert torch.allclose(attention.cos[::4], plain.blocks[0].mixer.cos, atol=1e-6)   # other angles: 4k read as k
+    with pytest.raises(ValueError, match="needs positions='rope'"):
+        preset("tiny-llama", positions="learned", rope_scaling="ntk", rope_factor=2.0)
+    with pytest.raises(ValueError, match="rope_factor must be >= 1"):
+        preset("tiny-llama", rope_scaling="ntk", rope_factor=0.5)
 
 
 @pytest.mark.parametrize("name", ["yocto", "gpt2-style", "llama-style"])
