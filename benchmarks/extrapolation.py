@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     register(result, registration(args.encodings, args.seeds, args.threshold))
     if "rope" in args.encodings and args.scalings:
         register(result, scaling_registration(args.scalings, args.seeds, args.threshold))
+    summarise(result)                                              # the verdicts of what is kept, at once
     result_path.write_text(json.dumps(result, indent=1) + "\n")   # registered before the first run
     batch = windows(args.factor * args.block_size, args.eval_windows)
     for name in args.encodings:
