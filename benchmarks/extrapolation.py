@@ -172,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             arm["seeds"][str(seed)] = {"loss_by_position": [round(x, 4) for x in curve],
                                        "gap": gap(curve, args.block_size),
                                        "nats_per_token_at_L": run["nats_per_token"],
-                                       "tokens_per_s": run["tokens_per_s"], "train_seconds": run["train_seconds"]}
+                                       "tokens_per_s": run["tokens_per_s"], "train_seconds": run["train_seconds"],
+                                       "hardware": hardware()}     # arms re-run later may run elsewhere
             summarise(result)
             result_path.write_text(json.dumps(result, indent=1) + "\n")
             plot(result, result_path.with_suffix(".png"))
