@@ -425,7 +425,8 @@ def test_every_rule_of_the_table_refuses_with_its_own_message():
         dict(mixer="ssm", positions="rope"), dict(mixer="ssm", positions="none", gcla="causal"),
         dict(mixer="ssm", positions="none", atm="copy-forward"), dict(mixer="ssm", positions="none", qkv="unified"),
         dict(mixer="ssm", positions="none", ssm_state=7), dict(gcla="causal", qkv="unified", d=48),
-        dict(atm="copy-forward", norm_position="post"), dict(positions="sinusoidal", d=63, n_heads=3),
+        dict(atm="copy-forward", norm_position="post"), dict(positions="learned", rope_scaling="ntk"),
+        dict(positions="sinusoidal", d=63, n_heads=3),
         dict(causal=False, gcla="causal"), dict(causal=False, atm="copy-forward"),
         dict(causal=False, mixer="ssm", positions="none"), dict(causal=False, positions="alibi"), dict(moe_k=9)]),
         "encdec": (ENCDEC_RULES, lambda **o: check_config(ModelConfig(**o)), [
@@ -480,13 +481,14 @@ def test_each_config_field_declares_its_rules_beside_it(tmp_path):
     from minwiola.model import ADDED_LATER
     rules = {f.name: f.metadata for f in dataclasses.fields(ModelConfig)}
     assert ADDED_LATER == {"srpe_radius", "norm_eps", "mixer", "ssm_state", "ssm_kind", "moe_experts", "moe_k",
-                           "moe_capacity", "moe_aux", "moe_z", "causal"}          # what shipped models lack
+                           "moe_capacity", "moe_aux", "moe_z", "causal", "rope_scaling",
+                           "rope_factor"}                                           # what shipped models lack
     assert [name for name, rule in rules.items() if rule.get("positive")] == [
         "vocab_size", "context", "d", "n_layers", "n_heads", "n_kv_heads", "d_ff", "d_ff_a", "ssm_state",
         "moe_experts", "moe_k"]
     assert [name for name, rule in rules.items() if rule.get("choices")] == [
-        "ffn", "norm", "norm_position", "positions", "qkv", "attention", "gcla", "gcla_query", "atm", "mixer",
-        "ssm_kind"]
+        "ffn", "norm", "norm_position", "positions", "qkv", "rope_scaling", "attention", "gcla", "gcla_query", "atm",
+        "mixer", "ssm_kind"]
     for name, rule in rules.items():
         if rule.get("choices"):
             with pytest.raises(ValueError, match=f"^{name} must be one of {re.escape(str(rule['choices']))}, "
