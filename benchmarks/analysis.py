@@ -547,17 +547,23 @@ ENCODINGS = {
     "alibi": {"positions": "alibi"},
     "none": {"positions": "none"},                                        # NoPE: only the causal mask
 }
+# RoPE read past its trained length with no training (positions.rope_scaled), evaluated on the "rope" arm's runs
+ROPE_SCALINGS = ("interpolation", "ntk", "yarn")
 # the one rule's verdict on a gap against the threshold, in the benchmark's words
 EXTRAPOLATION_WORDS = {"lower": "holds", "higher": "breaks", "no verdict": "no verdict"}
 
 
-def stretched(folder: Path, context: int) -> LanguageModel:
+def stretched(folder: Path, context: int, rope_scaling: str = "none") -> LanguageModel:
     """The trained model in `folder` rebuilt with a longer context. Nothing else changes: RoPE, SRPE and ALiBi
     compute their tables for any position, the sinusoidal table is a formula; a learned table keeps its trained rows
-    and its new rows keep the initial values of a fresh model (seed 0): they were never trained."""
+    and its new rows keep the initial values of a fresh model (seed 0): they were never trained. `rope_scaling`
+    (a RoPE model only) reads it with that inference-time method at s = context / the trained context
+    (`minwiola.positions.rope_scaled`): the same weights, other angles."""
     short = LanguageModel.from_pretrained(folder)
     torch.manual_seed(0)
-    long = LanguageModel(dataclasses.replace(short.config, context=context))
+    factor = context / short.config.context if rope_scaling != "none" else 1.0
+    long = LanguageModel(dataclasses.replace(short.config, context=context, rope_scaling=rope_scaling,
+                                             rope_factor=factor))
     state = long.state_dict()
     for key, value in short.state_dict().items():
         if key == "pos.weight":
@@ -591,7 +597,17 @@ def loss_by_position(model: LanguageModel, batch: torch.Tensor, chunk: int = 8) 
 
 def gap(curve: list[float], L: int) -> float:
     """Mean loss over positions [2L, end) minus the mean over [L/2, L)."""
-    return statistics.mean(curve[2 * L:]) - statistics.mean(curve[L // 2:L])
+    return far(curve, L) - near(curve, L)
+
+
+def near(curve: list[float], L: int) -> float:
+    """Mean loss over positions [L/2, L): trained positions with long context (the gap's reference)."""
+    return statistics.mean(curve[L // 2:L])
+
+
+def far(curve: list[float], L: int) -> float:
+    """Mean loss over positions [2L, end): the positions well past the training length."""
+    return statistics.mean(curve[2 * L:])
 
 
 def extrapolation_plot(result: dict, path: Path | None = None):

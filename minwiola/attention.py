@@ -237,12 +237,14 @@ class MultiHeadAttention(nn.Module):
       bias is made in `attend` from the query and key counts (queries are the last T_q of T_k positions, so a KV
       cache needs nothing stored), or from explicit positions (ATM's merged slots keep their original ones). It
       has no parameters and no table, so nothing in it ends at max_len.
+    rope_scaling=(method, s) reads a RoPE model trained at L = max_len / s out to max_len with no training:
+      position interpolation, an NTK-aware base or YaRN (`positions.rope_scaled`, lesson 12); ("none", 1) is RoPE.
     """
 
     def __init__(self, d: int, n_heads: int, n_kv_heads: int | None = None, qkv: str = "separate",
                  positions: str = "rope", bias: bool = False, max_len: int = 2048, rope_theta: float = 10000.0,
                  impl: str = "fused", srpe: tuple[float, float, float] = (8.0, 0.05, 1 / 16),
-                 srpe_radius: str = "paper", causal: bool = True):
+                 srpe_radius: str = "paper", causal: bool = True, rope_scaling: tuple[str, float] = ("none", 1.0)):
         super().__init__()
         if qkv not in QKV:
             raise ValueError(f"qkv must be one of {QKV}, got {qkv!r}")
@@ -267,6 +269,10 @@ class MultiHeadAttention(nn.Module):
         if positions == "srpe":
             check_srpe(*srpe, srpe_radius, max_len)            # a clear error before any table is built
         self.srpe_radius = srpe_radius
+        if rope_scaling[0] != "none" and positions != "rope":
+            raise ValueError(f"rope_scaling {rope_scaling[0]!r} rescales RoPE's angles: it needs positions='rope', "
+                             f"got {positions!r}")
+        self.rope_scaling = rope_scaling                        # (method, s): read s times the trained length
         self.causal = causal                                     # False: every query sees every key (an encoder)
         if not causal and positions == "alibi":
             raise ValueError("ALiBi's bias is defined for past keys only: it needs causal=True")
@@ -296,7 +302,8 @@ class MultiHeadAttention(nn.Module):
         if self.positions == "srpe":                             # c, s of eqs. 15-16
             return srpe_coefficients(p, self.d_h, self.rope_theta, *self.srpe, radius=self.srpe_radius, side=side,
                                      centre=(self.max_len - 1) / 2)
-        return rope_coefficients(p, self.d_h, self.rope_theta)
+        method, factor = self.rope_scaling                       # max_len = s L: trained at L = max_len / s
+        return rope_coefficients(p, self.d_h, self.rope_theta, method, factor, trained=self.max_len / factor)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries (B, H, T, d_h), keys and values (B, H_kv, T, d_h)."""

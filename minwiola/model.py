@@ -36,7 +36,7 @@ from .ffn import ACTIVATIONS, DSFF, FFNS, MLP, SwiGLU, swiglu_hidden
 from .gcla import GCLA, QUERIES, SUMMARIES, cross_layer_context
 from .moe import MoE, moe_layers, moe_stats
 from .norm import NORMS, LayerNorm, RMSNorm, WiolaRMSNorm
-from .positions import POSITIONS, check_srpe, sinusoidal
+from .positions import POSITIONS, ROPE_SCALINGS, check_srpe, sinusoidal
 from .ssm import KINDS as SSM_KINDS, SSM
 
 
@@ -127,6 +127,8 @@ RULES = [
      "gcla needs qkv='separate' (its context keys are grouped like the self-attention's)"),
     (lambda c: c.atm != "off", lambda c: c.norm_position == "pre",
      "atm needs norm_position='pre' (it merges the normed input of the attention branch)"),
+    (lambda c: c.rope_scaling != "none", lambda c: c.positions == "rope",
+     "rope_scaling={c.rope_scaling!r} rescales RoPE's angles: it needs positions='rope', got {c.positions!r}"),
     (lambda c: c.positions == "sinusoidal", lambda c: c.d % 2 == 0,
      "positions='sinusoidal' needs an even d, got {c.d}"),
     # causal=False: what is built on the causal order (GCLA's prefix means, ATM's copy-forward, a left-to-right
@@ -212,6 +214,11 @@ class ModelConfig:
                                                           # SSM's)
     ffn_bias: bool = False                                # biases in the feed-forward layers
     rope_theta: float = 10000.0                           # theta_0 of Wiola eq. 11
+    rope_scaling: str = choice("none", ROPE_SCALINGS, later=True)   # RoPE read past its trained length with no
+                                                          # training (lesson 12): "none", "interpolation", "ntk" or
+                                                          # "yarn" (positions.rope_scaled), trained at context /
+                                                          # rope_factor and read out to context
+    rope_factor: float = declared(1.0, later=True)        # s = context / the length trained at; 1: plain RoPE
     dropout: float = 0.0                                  # on embeddings and on each residual branch, during training
                                                           # only
     attention: str = choice("fused", IMPLS)               # "explicit", "fused" or "tiled": the same math, different
@@ -265,6 +272,8 @@ class ModelConfig:
         check_field_types(self, may_be_infinite={"srpe_k"})     # srpe_k = inf switches the second winding off
         if not self.rope_theta > 0:
             raise ValueError(f"rope_theta must be > 0, got {self.rope_theta}")
+        if not self.rope_factor >= 1:
+            raise ValueError(f"rope_factor must be >= 1 (the length read over the length trained), got {self.rope_factor}")
         if not self.init_std > 0:
             raise ValueError(f"init_std must be > 0, got {self.init_std}")
         if self.norm_eps is not None and not self.norm_eps > 0:
@@ -415,7 +424,8 @@ def make_mixer(cfg: ModelConfig) -> nn.Module:
     else:
         raise unknown_kind("positions", cfg.positions, POSITIONS)
     options = dict(positions=inside, bias=cfg.attn_bias, max_len=cfg.context, rope_theta=cfg.rope_theta,
-                   impl=cfg.attention, srpe=(cfg.srpe_k, cfg.srpe_a, cfg.srpe_f), srpe_radius=cfg.srpe_radius)
+                   impl=cfg.attention, srpe=(cfg.srpe_k, cfg.srpe_a, cfg.srpe_f), srpe_radius=cfg.srpe_radius,
+                   rope_scaling=(cfg.rope_scaling, cfg.rope_factor))
     if not cfg.causal:                                       # GCLA refuses causal=False (RULES)
         options["causal"] = False
     if cfg.gcla != "off":
@@ -560,7 +570,15 @@ class LanguageModel(nn.Module):
         if cfg.positions == "learned":
             self.pos = nn.Embedding(cfg.context, cfg.d)
         elif cfg.positions == "sinusoidal":
-            self.register_buffer("pos_table", sinusoidal(cfg.context, cfg.d), persistent=False)
+            # The formula's rows have norm sqrt(d/2) (5.7 at d = 64), the token embeddings' about init_std sqrt(d)
+            # (0.16): added as it is, the table would drown the tokens 35 to 1, and the model must first learn
+            # embeddings 35 times larger (it trained worst of all encodings in lesson 12, and broke worst past its
+            # length). The original Transformer avoids it by multiplying the embeddings by sqrt(d); that would
+            # change the token path of this one encoding. We scale the table instead, to entries of RMS init_std,
+            # like the learned table's rows at initialisation: a table of the embeddings' size, so the sinusoidal
+            # and learned arms differ only in formula against trained rows (lesson 12).
+            scale = cfg.init_std * math.sqrt(2)              # sin^2 + cos^2 = 1: entries of RMS 1/sqrt(2)
+            self.register_buffer("pos_table", scale * sinusoidal(cfg.context, cfg.d), persistent=False)
         elif cfg.positions not in ATTENTION_POSITIONS:
             raise unknown_kind("positions", cfg.positions, POSITIONS)
         self.drop = nn.Dropout(cfg.dropout)

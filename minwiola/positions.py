@@ -5,7 +5,8 @@ Shapes: T tokens, model width d, head width d_h (the width of one attention head
 
 * Learned absolute positions are an embedding table (context x d) added to the token embeddings (in model.py).
 * Sinusoidal absolute positions (the original Transformer): PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos(p w_i)
-  with w_i = 10000^(-2i/d).
+  with w_i = 10000^(-2i/d). Every row has norm sqrt(d/2) (each pair is a point on the unit circle), so the model
+  scales the table before adding it to token embeddings of a far smaller norm (model.py, `LanguageModel`).
 * RoPE rotates each pair of a query or key by an angle proportional to its position, so the dot product of a
   query at p and a key at q depends only on p - q. With inverse frequencies w_j = theta0^(-2j/d_h) (Wiola eq. 11)
   and angle p w_j, pair j is (x_j, x_{j + d_h/2}), the layout of Wiola eqs. 17-18:
@@ -13,6 +14,9 @@ Shapes: T tokens, model width d, head width d_h (the width of one attention head
       y_j         = x_j cos(p w_j) - x_{j+d_h/2} sin(p w_j)
       y_{j+d_h/2} = x_j sin(p w_j) + x_{j+d_h/2} cos(p w_j)
 
+* Read past the length L it was trained at, RoPE's slow pairs reach angles never trained. `rope_scaled` gives the
+  inference-time remedies (position interpolation, NTK-aware base, YaRN): frequencies w'_j, and for YaRN a
+  temperature, chosen for a factor s = (length read) / L; s = 1 is RoPE itself (lesson 12).
 * SRPE (Wiola eqs. 12-18, lesson 06) keeps that rotation but changes its coefficients:
 
       Theta_j(p) = p w_j (1 + 1/k_s)            (eqs. 12-13: the two "windings" add into one angle)
@@ -42,6 +46,7 @@ import torch
 
 POSITIONS = ("learned", "sinusoidal", "rope", "srpe", "alibi", "none")
 RADII = ("paper", "offset")     # SRPE's radius: eq. 14 (absolute), or rho^(p - c) / rho^-(p' - c) (relative)
+ROPE_SCALINGS = ("none", "interpolation", "ntk", "yarn")   # reading RoPE past its trained length (lesson 12)
 SIDES = ("query", "key")        # which side of the score a coefficient table is for (they differ under "offset")
 MAX_EXPONENT = 20.0             # "offset": the largest |ln radius| allowed, e^20 ~ 5e8 (float32 and bf16 hold it)
 
@@ -64,10 +69,52 @@ def rope_frequencies(d_h: int, theta0: float = 10000.0, device=None) -> torch.Te
     return theta0 ** (-2.0 * torch.arange(d_h // 2, dtype=torch.float64, device=device) / d_h)
 
 
-def rope_coefficients(p: torch.Tensor, d_h: int, theta0: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cos, sin) of the angles p * w_j for positions p (1-D), each of shape (len(p), d_h // 2), float64."""
-    angles = p.to(torch.float64)[:, None] * rope_frequencies(d_h, theta0, p.device)
-    return torch.cos(angles), torch.sin(angles)
+def rope_scaled(d_h: int, theta0: float = 10000.0, scaling: str = "none", factor: float = 1.0,
+                trained: float | None = None, alpha: float = 1.0, beta: float = 32.0, device=None
+                ) -> tuple[torch.Tensor, float]:
+    """RoPE read at `factor` = s times the length it was trained at (`trained`, L), with no training (lesson 12):
+    (w', m), the inverse frequencies to use (d_h/2,) float64 and a number m that multiplies both cos and sin, so
+    every score q.k is multiplied by m^2. s = 1 is plain RoPE for every method.
+
+    "none":          w' = w, m = 1 (positions past L reach angles never trained: the unseen-angle argument).
+    "interpolation": w' = w / s (Chen et al. 2023, "position interpolation"): position p is read as p / s, so the
+                     positions 0 .. sL - 1 map into the trained range [0, L); every pair, fast ones too, turns s
+                     times slower, so neighbours a token apart are s times closer than the model learned.
+    "ntk":           the base theta0 s^(d_h / (d_h - 2)) ("NTK-aware" scaling): pair j's w_j is divided by
+                     s^(2j / (d_h - 2)), so the fastest pair (j = 0) is unchanged and the slowest (j = d_h/2 - 1)
+                     is interpolated exactly by s; in between, a geometric blend.
+    "yarn":          per pair (Peng et al. 2023, "YaRN", its "by parts" rule): r_j = L w_j / (2 pi), the turns pair
+                     j makes within L. gamma_j = clamp((r_j - alpha) / (beta - alpha), 0, 1), and
+                     w'_j = (1 - gamma_j) w_j / s + gamma_j w_j: a pair that turns beta times or more within L (it
+                     has seen every angle) is left alone, one that turns alpha times or fewer (it has not) is
+                     interpolated, a ramp between. Plus YaRN's temperature: m = 0.1 ln s + 1 (the paper's
+                     sqrt(1/t)), which sharpens the softmax that longer windows flatten. alpha = 1, beta = 32 are
+                     the paper's values for Llama.
+    """
+    if scaling not in ROPE_SCALINGS:
+        raise ValueError(f"rope scaling must be one of {ROPE_SCALINGS}, got {scaling!r}")
+    if not factor >= 1:
+        raise ValueError(f"rope scaling factor s (the length read over the length trained) must be >= 1, got {factor}")
+    w = rope_frequencies(d_h, theta0, device)
+    if scaling == "interpolation":
+        return w / factor, 1.0
+    if scaling == "ntk":
+        return rope_frequencies(d_h, theta0 * factor ** (d_h / (d_h - 2)), device), 1.0
+    if scaling == "yarn":
+        if trained is None or not trained > 0:
+            raise ValueError(f"yarn needs the trained length L (> 0), got {trained}")
+        gamma = ((trained * w / (2 * math.pi) - alpha) / (beta - alpha)).clamp(0, 1)
+        return (1 - gamma) * w / factor + gamma * w, 0.1 * math.log(factor) + 1
+    return w, 1.0
+
+
+def rope_coefficients(p: torch.Tensor, d_h: int, theta0: float = 10000.0, scaling: str = "none",
+                      factor: float = 1.0, trained: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin) of the angles p * w_j for positions p (1-D), each of shape (len(p), d_h // 2), float64; with a
+    `scaling` other than "none", of the angles p * w'_j, both times m (`rope_scaled`)."""
+    w, m = rope_scaled(d_h, theta0, scaling, factor, trained, device=p.device)
+    angles = p.to(torch.float64)[:, None] * w
+    return m * torch.cos(angles), m * torch.sin(angles)
 
 
 def check_srpe(k_s: float, a_s: float, f_s: float, radius: str = "paper", context: int | None = None) -> None:

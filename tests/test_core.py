@@ -9,8 +9,8 @@ from minwiola.attention import (IMPLS, KVCache, MultiHeadAttention, attention_ex
 from minwiola.ffn import MLP, SwiGLU, swiglu_hidden
 from minwiola.model import ModelConfig, make_ffn, make_norm
 from minwiola.norm import LayerNorm, RMSNorm
-from minwiola.positions import (alibi_bias, alibi_bias_at, alibi_slopes, rope_coefficients, rope_frequencies, rotate,
-                                sinusoidal)
+from minwiola.positions import (ROPE_SCALINGS, alibi_bias, alibi_bias_at, alibi_slopes, rope_coefficients,
+                                rope_frequencies, rope_scaled, rotate, sinusoidal)
 
 
 
@@ -110,6 +110,51 @@ def test_rope_is_a_rotation():
     cos, sin = rope_coefficients(torch.arange(5), 8)
     assert torch.allclose(rotate(x, cos, sin).norm(dim=-1), x.norm(dim=-1))
     assert torch.allclose(rope_frequencies(8), 10000.0 ** (-torch.arange(4) / 4))
+
+
+@pytest.mark.parametrize("method", ROPE_SCALINGS)
+def test_rope_scaling_at_factor_one_is_rope(method):
+    p = torch.arange(300)
+    for got, want in zip(rope_coefficients(p, 16, 1e4, method, 1.0, trained=128), rope_coefficients(p, 16, 1e4)):
+        assert torch.allclose(got, want, rtol=0, atol=1e-12)          # (1 - gamma) w + gamma w: rounding only
+    with pytest.raises(ValueError, match=">= 1"):
+        rope_scaled(16, 1e4, method, 0.5, trained=128)
+
+
+def test_position_interpolation_reads_the_long_window_inside_the_trained_range():
+    L, s, d_h = 128, 8, 16
+    w, m = rope_scaled(d_h, 1e4, "interpolation", s, trained=L)
+    assert m == 1 and ((s * L - 1) * w < L * rope_frequencies(d_h)).all()      # every angle below the trained range's
+    cos, sin = rope_coefficients(torch.arange(0, s * L, s), d_h, 1e4, "interpolation", s)   # positions s k ...
+    plain = rope_coefficients(torch.arange(L), d_h)                                          # ... read as k
+    assert torch.allclose(cos, plain[0], atol=1e-12) and torch.allclose(sin, plain[1], atol=1e-12)
+
+
+def test_ntk_aware_base_keeps_the_fastest_pair_and_interpolates_the_slowest():
+    d_h, s = 16, 8
+    w, m = rope_scaled(d_h, 1e4, "ntk", s)
+    plain = rope_frequencies(d_h)
+    assert m == 1 and torch.isclose(w[0], plain[0], rtol=1e-12) and torch.isclose(w[-1], plain[-1] / s, rtol=1e-12)
+    assert ((w <= plain) & (w >= plain / s)).all()                        # in between, a blend
+    assert torch.allclose(w, rope_frequencies(d_h, 1e4 * s ** (d_h / (d_h - 2))), rtol=1e-12)
+
+
+def test_yarn_keeps_fast_pairs_interpolates_slow_ones_and_sharpens_the_scores():
+    d_h, theta0, L, s = 128, 5e5, 8192, 4                                 # Llama 3's shape
+    plain = rope_frequencies(d_h, theta0)
+    turns = L * plain / (2 * math.pi)                                     # turns within the trained length
+    w, m = rope_scaled(d_h, theta0, "yarn", s, trained=L)
+    fast, slow = turns >= 32, turns <= 1
+    assert fast.sum() > 5 and slow.sum() > 5
+    assert torch.equal(w[fast], plain[fast])                              # they have seen every angle: unchanged
+    assert torch.allclose(w[slow], plain[slow] / s, rtol=1e-12)           # they have not: interpolated
+    between = ~fast & ~slow
+    assert ((w[between] < plain[between]) & (w[between] > plain[between] / s)).all()
+    assert m == pytest.approx(0.1 * math.log(s) + 1)                      # sqrt(1/t): every score times m^2
+    cos, sin = rope_coefficients(torch.arange(10), d_h, theta0, "yarn", s, trained=L)
+    assert torch.allclose(torch.hypot(cos, sin), torch.full_like(cos, m))
+    with pytest.raises(ValueError, match="trained length"):
+        rope_scaled(d_h, theta0, "yarn", s)
 
 
 @pytest.mark.parametrize("T_q, T_k", [(16, 16), (1, 16), (5, 16), (70, 70), (33, 100)])

@@ -72,3 +72,32 @@ def test_the_gap_and_the_stated_rule():
     assert v["e"]["bound"] is None and result["encodings"]["e"]["verdict"] == "no verdict"   # one seed: no noise known
     assert result["encodings"]["c"]["gap"] == pytest.approx(0.1) and result["encodings"]["c"]["spread"] == pytest.approx(0.2)
     assert {w: analysis.EXTRAPOLATION_WORDS[w] for w in ("lower", "higher")} == {"lower": "holds", "higher": "breaks"}
+
+
+def test_the_inference_time_rope_methods_are_registered_and_judged_paired_with_plain_rope():
+    x = extrapolation
+    result = {"encodings": {}}
+    common.register(result, x.scaling_registration(["ntk", "yarn"], [0, 1, 2], 0.1))
+    names = set(result["registered"]["comparisons"])
+    assert names == {f"rope {m}{w}" for m in ("ntk", "yarn")
+                     for w in ("", ", past 2L, against rope", ", before L, against rope")}
+    numbers = {"none": (3.6, 4.2), "ntk": (3.65, 3.9), "yarn": (3.7, 3.72)}      # (near, far) per method
+    result["rope_scaled"] = {m: {"seeds": {str(s): {"near": n + 0.01 * s, "far": f + 0.02 * s, "gap": f - n + 0.01 * s}
+                                           for s in range(3)}} for m, (n, f) in numbers.items()}
+    x.summarise(result)
+    v = result["verdicts"]
+    assert v["rope ntk, past 2L, against rope"]["shape"] == "paired"
+    assert v["rope ntk, past 2L, against rope"]["difference"] == pytest.approx(-0.3)
+    assert v["rope yarn, before L, against rope"]["difference"] == pytest.approx(0.1)
+    assert v["rope ntk"]["shape"] == "threshold" and result["rope_scaled"]["ntk"]["gap"] == pytest.approx(0.26)
+    assert result["rope_scaled"]["yarn"]["verdict"] == "holds"                   # gaps 0.02 .. 0.04, below 0.1
+
+
+def test_a_rerun_refuses_finished_runs_made_before_the_change(tmp_path):
+    finished = tmp_path / "runs" / "sinusoidal-s0"
+    finished.mkdir(parents=True)
+    (finished / "loss.png").write_bytes(b"")
+    with pytest.raises(SystemExit):
+        extrapolation.main(["--encodings", "sinusoidal", "--seeds", "0", "--rerun-note", "fixed", "--runs",
+                            str(tmp_path / "runs"), "--result", str(tmp_path / "r.json")])
+    assert not (tmp_path / "r.json").exists()                                     # nothing written, nothing trained

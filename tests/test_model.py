@@ -8,6 +8,7 @@ import torch
 from minwiola import data
 from minwiola.attention import DecodingState
 from minwiola.generate import generate, generate_ids, sample_next, top_p_filter
+from minwiola.positions import rope_coefficients
 from minwiola.model import MIXERS, PRESETS, LanguageModel, ModelConfig, evaluating, initial_loss, preset
 from minwiola.tokenizer import default_tokenizer
 from helpers import big_model, fit, ids
@@ -126,6 +127,39 @@ def test_post_norm_and_sinusoidal_variants_are_causal_and_cacheable():
     cache = model.new_cache()
     steps = torch.cat([model(x[:, t:t + 1], cache) for t in range(16)], dim=1)
     assert (steps - model(x)).abs().max() < 1e-10
+
+
+@pytest.mark.parametrize("d", [64, 256])
+def test_the_sinusoidal_table_is_added_at_the_size_of_the_token_embeddings(d):
+    # The formula's rows have norm sqrt(d/2) (5.7 at d = 64), 35 times a token's at init: the table drowned the
+    # tokens (lesson 12). The model scales it to entries of RMS init_std, the learned table's size at init.
+    torch.manual_seed(0)
+    model = LanguageModel(preset("llama-style", positions="sinusoidal", d=d))
+    tokens, rows = model.embed.weight.norm(dim=1).mean(), model.pos_table.norm(dim=1)
+    assert torch.allclose(rows, torch.full_like(rows, model.config.init_std * math.sqrt(d)), rtol=1e-5)
+    assert 0.9 < (rows.mean() / tokens).item() < 1.1, (rows.mean(), tokens)
+
+
+def test_rope_scaling_is_a_config_field_of_rope_models_only():
+    torch.manual_seed(0)
+    plain = LanguageModel(preset("tiny-llama")).eval()
+    x = ids(plain, T=16)
+    for method in ("interpolation", "ntk", "yarn"):              # s = 1: the same model
+        same = LanguageModel(preset("tiny-llama", rope_scaling=method, rope_factor=1.0)).eval()
+        same.load_state_dict(plain.state_dict())
+        assert torch.allclose(same(x), plain(x), atol=1e-6), method
+    stretched = LanguageModel(preset("tiny-llama", context=4 * plain.config.context, rope_scaling="interpolation",
+                                     rope_factor=4.0)).eval()
+    stretched.load_state_dict(plain.state_dict())
+    cos, sin = rope_coefficients(torch.arange(4 * plain.config.context), plain.config.d_h, plain.config.rope_theta,
+                                 "interpolation", 4.0)
+    attention = stretched.blocks[0].mixer
+    assert torch.allclose(attention.cos.double(), cos, atol=1e-6) and torch.allclose(attention.sin.double(), sin, atol=1e-6)
+    assert torch.allclose(attention.cos[::4], plain.blocks[0].mixer.cos, atol=1e-6)   # other angles: 4k read as k
+    with pytest.raises(ValueError, match="needs positions='rope'"):
+        preset("tiny-llama", positions="learned", rope_scaling="ntk", rope_factor=2.0)
+    with pytest.raises(ValueError, match="rope_factor must be >= 1"):
+        preset("tiny-llama", rope_scaling="ntk", rope_factor=0.5)
 
 
 @pytest.mark.parametrize("name", ["yocto", "gpt2-style", "llama-style"])
@@ -391,7 +425,8 @@ def test_every_rule_of_the_table_refuses_with_its_own_message():
         dict(mixer="ssm", positions="rope"), dict(mixer="ssm", positions="none", gcla="causal"),
         dict(mixer="ssm", positions="none", atm="copy-forward"), dict(mixer="ssm", positions="none", qkv="unified"),
         dict(mixer="ssm", positions="none", ssm_state=7), dict(gcla="causal", qkv="unified", d=48),
-        dict(atm="copy-forward", norm_position="post"), dict(positions="sinusoidal", d=63, n_heads=3),
+        dict(atm="copy-forward", norm_position="post"), dict(positions="learned", rope_scaling="ntk"),
+        dict(positions="sinusoidal", d=63, n_heads=3),
         dict(causal=False, gcla="causal"), dict(causal=False, atm="copy-forward"),
         dict(causal=False, mixer="ssm", positions="none"), dict(causal=False, positions="alibi"), dict(moe_k=9)]),
         "encdec": (ENCDEC_RULES, lambda **o: check_config(ModelConfig(**o)), [
@@ -446,13 +481,14 @@ def test_each_config_field_declares_its_rules_beside_it(tmp_path):
     from minwiola.model import ADDED_LATER
     rules = {f.name: f.metadata for f in dataclasses.fields(ModelConfig)}
     assert ADDED_LATER == {"srpe_radius", "norm_eps", "mixer", "ssm_state", "ssm_kind", "moe_experts", "moe_k",
-                           "moe_capacity", "moe_aux", "moe_z", "causal"}          # what shipped models lack
+                           "moe_capacity", "moe_aux", "moe_z", "causal", "rope_scaling",
+                           "rope_factor"}                                           # what shipped models lack
     assert [name for name, rule in rules.items() if rule.get("positive")] == [
         "vocab_size", "context", "d", "n_layers", "n_heads", "n_kv_heads", "d_ff", "d_ff_a", "ssm_state",
         "moe_experts", "moe_k"]
     assert [name for name, rule in rules.items() if rule.get("choices")] == [
-        "ffn", "norm", "norm_position", "positions", "qkv", "attention", "gcla", "gcla_query", "atm", "mixer",
-        "ssm_kind"]
+        "ffn", "norm", "norm_position", "positions", "qkv", "rope_scaling", "attention", "gcla", "gcla_query", "atm",
+        "mixer", "ssm_kind"]
     for name, rule in rules.items():
         if rule.get("choices"):
             with pytest.raises(ValueError, match=f"^{name} must be one of {re.escape(str(rule['choices']))}, "

@@ -1,13 +1,13 @@
-"""Self-checks for lesson 12's exercises: ALiBi's score bias (slopes for any number of heads, queries that are the
-last T_q of T_k positions), the training length at which every RoPE pair completes a turn, and which rows of a
-learned table a set of training windows reaches (measured by backward passes). Each is compared
+"""Self-checks for lesson 12's exercises, in the lesson's order: the training length at which every RoPE pair
+completes a turn, ALiBi's score bias (slopes for any number of heads, queries that are the last T_q of T_k
+positions), and which rows of a learned table a set of training windows reaches (measured by backward passes). Each is compared
 with `minwiola.positions`. A function that still returns None is "not attempted yet". Solutions:
 `solutions/lesson12.py` (look after trying)."""
 import math
 
 import torch
 
-from exercises import attempted, correct
+from exercises import attempted, calling, correct
 from minwiola.model import LanguageModel, preset
 from minwiola.positions import alibi_bias, alibi_slopes, rope_frequencies
 
@@ -49,10 +49,10 @@ def _bias_hint(got: torch.Tensor, want: torch.Tensor, slopes: torch.Tensor, T_q:
     return ""
 
 
-def check_1(my_alibi_bias) -> None:
+def check_2(my_alibi_bias) -> None:
     """my_alibi_bias(H, T_q, T_k) -> (H, T_q, T_k) float64 against alibi_bias(alibi_slopes(H), T_q, T_k), for every
     query row and key column (keys after the query included: the causal mask is applied separately)."""
-    if not attempted(my_alibi_bias(2, 3, 3), 1):
+    if not attempted(my_alibi_bias(2, 3, 3), 2):
         return
     for H, T_q, T_k in ((2, 3, 3), (8, 5, 5), (4, 2, 7), (6, 4, 4), (12, 3, 9), (3, 1, 6)):
         case = f"H={H}, T_q={T_q}, T_k={T_k}"
@@ -76,13 +76,13 @@ def check_1(my_alibi_bias) -> None:
                 f"{case}: first wrong entry at head {h}, query row {r} (position i = {i}), key k = {k}: got "
                 f"{got[h, r, k].item() + 0.0:.6g}, expected -m_h (i - k) = {want[h, r, k].item():.6g} "
                 f"({int(bad.sum())} of {want.numel()} entries differ)" + (f". {hint}" if hint else ""))
-    correct("Exercise 1: correct (ALiBi's bias -m_h (i - k), slopes for any H, queries after a cache)", my_alibi_bias)
+    correct("Exercise 2: correct (ALiBi's bias -m_h (i - k), slopes for any H, queries after a cache)", my_alibi_bias)
 
 
-def check_2(full_turn_length) -> None:
+def check_1(full_turn_length) -> None:
     """full_turn_length(d_h, theta0) -> int: the shortest training length L whose positions 0 .. L-1 take every RoPE
     pair through at least one full turn, (L - 1) w_j >= 2 pi for every j."""
-    if not attempted(full_turn_length(16, 10000.0), 2):
+    if not attempted(full_turn_length(16, 10000.0), 1):
         return
     for d_h, theta0 in ((16, 10000.0), (16, 1e6), (64, 10000.0), (8, 10000.0), (128, 500000.0), (4, 2.0), (2, 1e4)):
         got = full_turn_length(d_h, theta0)
@@ -102,7 +102,7 @@ def check_2(full_turn_length) -> None:
                                  f"times the shortest): check which pair's frequency you used and how you computed it")
         assert got == 1 or not turns(got - 1).all(), (
             f"{case}: L = {got} works, but so does L = {got - 1}: the shortest length is asked for (round up, once)")
-    correct("Exercise 2: correct (the training length at which every RoPE angle has been seen)", full_turn_length)
+    correct("Exercise 1: correct (the training length at which every RoPE angle has been seen)", full_turn_length)
 
 
 def trained_rows(lengths: list[int], context: int) -> torch.Tensor:
@@ -131,9 +131,12 @@ def check_3(row_updates) -> None:
         return
     for lengths, context in (([3, 5], 8), ([8, 8, 8], 8), ([1, 2, 7, 4, 4], 10), ([6], 16), ([12, 3, 9, 1], 12),
                              ([20, 5, 11], 8)):
-        got, reached = row_updates(lengths, context), trained_rows(lengths, context)
-        want = reached.sum(0)
         case = f"lengths={lengths}, context={context}"
+        got = calling(row_updates, case, lengths, context,
+                      hint="A window longer than the context is cut to its first `context` tokens" if
+                      max(lengths) > context else "")
+        reached = trained_rows(lengths, context)
+        want = reached.sum(0)
         if not isinstance(got, torch.Tensor):
             raise AssertionError(f"{case}: expected a tensor, got {type(got).__name__}")
         assert got.dtype == torch.int64, f"{case}: dtype {got.dtype}, expected torch.int64 (counts)"
@@ -151,4 +154,4 @@ def check_3(row_updates) -> None:
     correct("Exercise 3: correct (a row is trained only by windows longer than its position, cut at the context)", row_updates)
 
 
-EXERCISES = {1: "my_alibi_bias", 2: "full_turn_length", 3: "row_updates"}
+EXERCISES = {1: "full_turn_length", 2: "my_alibi_bias", 3: "row_updates"}
