@@ -32,6 +32,9 @@ def check_pair_tables(got, want, p, case, hint) -> None:
     """got and want are (c, s); say whether the radius or the angle is wrong, then where."""
     assert isinstance(got, (tuple, list)) and len(got) == 2, f"{case}: expected a pair (c, s), got {got!r:.80}"
     (gc, gs), (wc, ws) = got, want
+    low = [t.dtype for t in (gc, gs) if isinstance(t, torch.Tensor) and t.dtype != F64]
+    assert not low, (f"{case}: your c, s are {low[0]}, not float64: work in float64 throughout (float32 keeps only "
+                     "about 7 digits, far from the 1e-10 this check asks; the formula itself may be right)")
     if all(isinstance(t, torch.Tensor) and t.shape == wc.shape for t in (gc, gs)):
         radius_ok = torch.allclose(torch.hypot(gc.to(F64), gs.to(F64)), torch.hypot(wc, ws), atol=1e-10, rtol=0)
         what = "the radii sqrt(c^2 + s^2) are right, so the angle is wrong" if radius_ok else "the radius is wrong"
@@ -66,16 +69,37 @@ def check_2(apply_srpe) -> None:
         T, d_h = shape[-2:]
         c, s = srpe_coefficients(torch.arange(T) * 7, d_h, a_s=a_s, f_s=1.0)
         x = torch.randn(*shape, generator=g, dtype=F64)
-        same_tensor(apply_srpe(x, c, s), rotate(x, c, s), f"x {shape}, a_s={a_s}", atol=1e-10,
+        want, given = rotate(x, c, s), x.clone()          # the learner's call gets a copy: x stays as it was
+        got = apply_srpe(given, c, s)
+        assert torch.equal(given, x), (f"x {shape}: your function changed its input x in place; build a new tensor "
+                                       "(torch.cat of the two rotated halves) and leave x as it was")
+        same_tensor(got, want, f"x {shape}, a_s={a_s}", atol=1e-10,
                     hint="The last index is the dimension, the one before it the position. Pair j is (x_j, "
                          "x_(j + d_h/2)), the two halves, not neighbours: y_j = x_j c_j - x_(j + d_h/2) s_j, "
                          "y_(j + d_h/2) = x_j s_j + x_(j + d_h/2) c_j")
     correct("Exercise 2: correct (eqs. 17-18: the rotation with SRPE's coefficients)", apply_srpe)
 
 
-def check_3(offset_coeffs) -> None:
+def check_3(first_erased_position) -> None:
+    """first_erased_position() -> the smallest p > 0 with r_0(p) = 0 at a_s = 1, f_s = 1/16."""
+    p = first_erased_position()
+    if not attempted(p, 3):
+        return
+    close(p, p, "first_erased_position()")                 # a number
+    def radius(t):                                         # pair 0's radius at a_s just below 1 (1 is refused)
+        return torch.hypot(*srpe_coefficients(torch.tensor([float(t)], dtype=F64), 2, a_s=1 - 1e-12, f_s=1 / 16))
+    assert p > 0 and radius(p).item() < 1e-9, (f"at p = {p} pair 0's radius 1 + sin(p f_s w_0) is "
+                                               f"{radius(p).item():.3g}, not 0 (w_0 = 1, f_s = 1/16)")
+    grid = torch.linspace(0, 0.999 * p, 10_000, dtype=F64)
+    radii = torch.hypot(*srpe_coefficients(grid, 2, a_s=1 - 1e-12, f_s=1 / 16))
+    assert (radii > 1e-9).all(), (f"the radius is already 0 near p = {grid[(radii <= 1e-9).nonzero()[0]].item():.2f}"
+                                  f", before {p}: that is not the first one")
+    correct(f"Exercise 3: correct, p = {p:.2f}", first_erased_position)
+
+
+def check_4(offset_coeffs) -> None:
     """offset_coeffs(p, d_h, theta0, k_s, a_s, f_s, side, centre) against srpe_coefficients(radius="offset")."""
-    if not attempted(offset_coeffs(torch.arange(2), 4, 10000.0, 8.0, 0.05, 1 / 16, "query", 0.0), 3):
+    if not attempted(offset_coeffs(torch.arange(2), 4, 10000.0, 8.0, 0.05, 1 / 16, "query", 0.0), 4):
         return
     for p, d_h, theta0, k_s, a_s, f_s, centre in (
             (torch.arange(20), 16, 10000.0, 8.0, 0.05, 1 / 16, 0.0),
@@ -88,24 +112,7 @@ def check_3(offset_coeffs) -> None:
                     "w_j; the angle is SRPE's, Theta_j(p) = p w_j (1 + 1/k_s)")
             check_pair_tables(offset_coeffs(p, d_h, theta0, k_s, a_s, f_s, side, centre),
                               srpe_coefficients(p, d_h, theta0, k_s, a_s, f_s, "offset", side, centre), p, case, hint)
-    correct("Exercise 3: correct (a query at p and a key at p' now carry rho_j^(p - p'): the score is relative)", offset_coeffs)
-
-
-def check_4(first_erased_position) -> None:
-    """first_erased_position() -> the smallest p > 0 with r_0(p) = 0 at a_s = 1, f_s = 1/16."""
-    p = first_erased_position()
-    if not attempted(p, 4):
-        return
-    close(p, p, "first_erased_position()")                 # a number
-    def radius(t):                                         # pair 0's radius at a_s just below 1 (1 is refused)
-        return torch.hypot(*srpe_coefficients(torch.tensor([float(t)], dtype=F64), 2, a_s=1 - 1e-12, f_s=1 / 16))
-    assert p > 0 and radius(p).item() < 1e-9, (f"at p = {p} pair 0's radius 1 + sin(p f_s w_0) is "
-                                               f"{radius(p).item():.3g}, not 0 (w_0 = 1, f_s = 1/16)")
-    grid = torch.linspace(0, 0.999 * p, 10_000, dtype=F64)
-    radii = torch.hypot(*srpe_coefficients(grid, 2, a_s=1 - 1e-12, f_s=1 / 16))
-    assert (radii > 1e-9).all(), (f"the radius is already 0 near p = {grid[(radii <= 1e-9).nonzero()[0]].item():.2f}"
-                                  f", before {p}: that is not the first one")
-    correct(f"Exercise 4: correct, p = {p:.2f}", first_erased_position)
+    correct("Exercise 4: correct (a query at p and a key at p' now carry rho_j^(p - p'): the score is relative)", offset_coeffs)
 
 
 def check_5(half_life) -> None:
@@ -128,4 +135,4 @@ def check_5(half_life) -> None:
           f"tokens, pair 7 of d_h = 16 every {half_life(0.05, 1 / 16, 7, 16, 1e4):,.0f})", half_life)
 
 
-EXERCISES = {1: "srpe_coeffs", 2: "apply_srpe", 3: "offset_coeffs", 4: "first_erased_position", 5: "half_life"}
+EXERCISES = {1: "srpe_coeffs", 2: "apply_srpe", 3: "first_erased_position", 4: "offset_coeffs", 5: "half_life"}

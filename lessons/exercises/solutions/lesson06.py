@@ -19,6 +19,10 @@ def apply_srpe(x, c, s):
     return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1)                 # eqs. 17-18
 
 
+def first_erased_position():
+    return 16 * 3 * math.pi / 2            # 1 + sin(p / 16) = 0 first where p / 16 = 3 pi / 2
+
+
 def offset_coeffs(p, d_h, theta0, k_s, a_s, f_s, side, centre):
     w = theta0 ** (-2.0 * torch.arange(d_h // 2, dtype=torch.float64) / d_h)
     p = p.to(torch.float64)[:, None]
@@ -26,10 +30,6 @@ def offset_coeffs(p, d_h, theta0, k_s, a_s, f_s, side, centre):
     log_r = -a_s * f_s * w * (p - centre)                                         # ln rho_j^(p - c)
     r = torch.exp(log_r if side == "query" else -log_r)                           # the key: the inverse
     return r * torch.cos(theta), r * torch.sin(theta)
-
-
-def first_erased_position():
-    return 16 * 3 * math.pi / 2            # 1 + sin(p / 16) = 0 first where p / 16 = 3 pi / 2
 
 
 def half_life(a_s, f_s, j, d_h, theta0):
@@ -50,4 +50,18 @@ WRONG = {
         offset_coeffs(p, d_h, theta0, k_s, a_s, f_s, "query", centre),
     "first_erased_position": lambda: 3 * math.pi / 2,                                     # forgot f_s
     "half_life": lambda a_s, f_s, j, d_h, theta0: math.log(2) / (a_s * f_s),             # forgot w_j
+}
+
+
+def _in_place(x, c, s):                     # overwrites the caller's x, then returns it
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h].clone(), x[..., h:].clone()
+    x[..., :h], x[..., h:] = x1 * c - x2 * s, x1 * s + x2 * c
+    return x
+
+
+ALSO_WRONG = {
+    "srpe_coeffs": [lambda p, d_h, theta0, k_s, a_s, f_s:                                # right formula, float32
+                    tuple(t.float() for t in srpe_coeffs(p, d_h, theta0, k_s, a_s, f_s))],
+    "apply_srpe": [_in_place],
 }
