@@ -18,8 +18,8 @@ def my_multi_head_attention(x, W_q, W_k, W_v, W_o, H):
 
 
 def my_softmax(s):
-    e = torch.exp(s - s.max())       # the largest exponent is 0: no overflow; the ratio is unchanged
-    return e / e.sum()
+    e = torch.exp(s - s.amax(-1, keepdim=True))    # each row's largest exponent is 0: no overflow; ratios unchanged
+    return e / e.sum(-1, keepdim=True)
 
 
 def my_causal_mask(T_q, T_k):
