@@ -83,7 +83,7 @@ def _source_of(fn, seen: set) -> list[str]:
         if isinstance(value, types.ModuleType):
             parts.append(f"import {value.__name__} as {name}\n" if value.__name__ != name else f"import {name}\n")
         elif isinstance(value, (types.FunctionType, type)) and (value.__module__ in ("__main__", fn.__module__)
-                                                                 or value.__module__.startswith("mine.")):
+                                                                 or str(value.__module__).startswith("mine.")):
             # the notebook's own, or one taken back from the workspace with mine() (its file is its source)
             parts.extend(_source_of(value, seen) if isinstance(value, types.FunctionType)
                          else [inspect.getsource(value)])
