@@ -105,3 +105,23 @@ def test_the_finale_trains_a_model_made_of_the_solutions_kept_in_the_workspace(f
     gap = max(abs(a - b) for a, b in zip(curves["yours"], curves["library"]))
     assert gap < 1e-9 and curves["yours"][-1] < curves["yours"][0]
     assert max(abs(a - b) for a, b in zip(off["yours"], off["library"])) > 1e-3
+
+
+def fallback_double(x):
+    return 2 * x
+
+
+def builds_on(x):
+    return kept(x) + double(x)        # noqa: F821  (set by the test below, as a notebook's mine() cell sets them)
+
+
+def test_a_function_built_on_earlier_kept_ones_is_kept_whole(folder, monkeypatch):
+    """Lesson 03's my_forward calls my_softmax taken back from the workspace (lesson 02), or a fallback bound to
+    another name (my_softmax = library_softmax): either comes with it, so the kept file runs on its own."""
+    exercises.keep(uses_helper)
+    monkeypatch.setitem(globals(), "kept", exercises.mine("uses_helper"))
+    monkeypatch.setitem(globals(), "double", fallback_double)
+    text = exercises.keep(builds_on).read_text()
+    assert "def uses_helper(x):" in text and "kept = uses_helper" in text and "double = fallback_double" in text
+    again = exercises.mine("builds_on")
+    assert torch.equal(again(torch.ones(2)), builds_on(torch.ones(2)))

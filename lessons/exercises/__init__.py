@@ -86,9 +86,13 @@ def _source_of(fn, seen: set) -> list[str]:
         seen.add(name)
         if isinstance(value, types.ModuleType):
             parts.append(f"import {value.__name__} as {name}\n" if value.__name__ != name else f"import {name}\n")
-        elif isinstance(value, (types.FunctionType, type)) and value.__module__ in ("__main__", fn.__module__):
+        elif isinstance(value, (types.FunctionType, type)) and (value.__module__ in ("__main__", fn.__module__)
+                                                                 or str(value.__module__).startswith("mine.")):
+            # the notebook's own, or one taken back from the workspace with mine() (its file is its source)
             parts.extend(_source_of(value, seen) if isinstance(value, types.FunctionType)
                          else [inspect.getsource(value)])
+            if value.__name__ != name:                        # bound to another name: my_softmax = library_softmax
+                parts.append(f"{name} = {value.__name__}\n")
         elif isinstance(value, (types.FunctionType, type)):
             parts.append(f"from {value.__module__} import {value.__qualname__} as {name}\n")
         elif isinstance(value, (int, float, str, bool, tuple, type(None))):

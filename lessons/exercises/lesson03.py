@@ -114,14 +114,14 @@ def rope_variants(x, positions, theta0) -> dict[str, torch.Tensor]:
             "x unrotated": x}
 
 
-def check_2(my_rope) -> None:
+def check_3(my_rope) -> None:
     """my_rope(x, positions, theta0) against minwiola.positions.rotate with rope_coefficients."""
     g = torch.Generator().manual_seed(0)
     advice = ("x is (..., T, d_h) with any number of leading dimensions (batch, heads): the last index is the "
               "dimension, the one before it the position; the angles (T, d_h/2) broadcast over the leading ones")
     x = torch.randn(3, 4, generator=g, dtype=F64)
     probe = call(my_rope, "my_rope", "x of shape (3, 4), positions [0, 1, 2], theta0=10000", advice)
-    if not attempted(probe(x, torch.arange(3), 10000.0), 2):
+    if not attempted(probe(x, torch.arange(3), 10000.0), 3):
         return
     for shape, positions, theta0 in (((5, 8), torch.arange(5), 10000.0),
                                      ((2, 4, 7, 16), torch.arange(10, 17), 10000.0),
@@ -132,7 +132,7 @@ def check_2(my_rope) -> None:
         compare(my_rope, "my_rope", (x, positions, theta0), want, what, advice, rope_variants(x, positions, theta0),
                 "pair j is (x_j, x_(j + d_h/2)), rotated by positions[t] * theta0^(-2j/d_h); the last index is the "
                 "dimension, the one before it the position")
-    correct("Exercise 2: correct", my_rope)
+    correct("Exercise 3: correct", my_rope)
 
 
 # ---------------------------------------------------------------------------------------------------- exercise 3
@@ -149,14 +149,14 @@ def swiglu_variants(x, layer) -> dict[str, torch.Tensor]:
             "W_down ((x W_gate^T) * (x W_up^T)) without the SiLU": down(a * b)}
 
 
-def check_3(my_swiglu) -> None:
+def check_2(my_swiglu) -> None:
     """my_swiglu(x, w_gate, w_up, w_down) against minwiola.ffn.SwiGLU with those weights."""
     g = torch.Generator().manual_seed(0)
     advice = ("the weights are stored as nn.Linear stores them, (out, in): w_gate, w_up (h, d) and w_down (d, h), "
               "so a projection of x (..., d) is x @ w.T")
     probe = call(my_swiglu, "my_swiglu", "x (1, 2), w_gate (3, 2), w_up (3, 2), w_down (2, 3)", advice)
     if not attempted(probe(torch.ones(1, 2, dtype=F64), torch.ones(3, 2, dtype=F64), torch.ones(3, 2, dtype=F64),
-                           torch.ones(2, 3, dtype=F64)), 3):
+                           torch.ones(2, 3, dtype=F64)), 2):
         return
     for shape, hidden in (((4, 8), 24), ((2, 5, 16), 48)):
         layer = SwiGLU(shape[-1], hidden).to(F64)
@@ -170,7 +170,7 @@ def check_3(my_swiglu) -> None:
             compare(my_swiglu, "my_swiglu", (x, *weights), layer(x), what, advice, swiglu_variants(x, layer),
                     "expected W_down (SiLU(x W_gate^T) * (x W_up^T)), i.e. (silu(x @ w_gate.T) * (x @ w_up.T)) "
                     "@ w_down.T")
-    correct("Exercise 3: correct", my_swiglu)
+    correct("Exercise 2: correct", my_swiglu)
 
 
 # ---------------------------------------------------------------------------------------------------- exercise 4
@@ -225,8 +225,8 @@ def check_4(my_forward) -> None:
     ids = torch.randint(0, 64, (1, 5), generator=g)
     advice = ("the shapes: ids (B, T) -> x = E[ids] (B, T, d); q, k, v (B, T, H*d_h) -> (B, H, T, d_h); "
               "scores (B, H, T, T); merged heads (B, T, H*d_h); logits (B, T, V); weights are (out, in), so "
-              "a projection is x @ w.T. (If one of your exercise 1-3 functions still returns None, finish it "
-              "first.)")
+              "a projection is x @ w.T. (If one of your exercise 1-3 functions, or lesson 02's my_softmax or "
+              "my_causal_mask, still returns None, finish it first.)")
     with torch.no_grad():
         first = call(my_forward, "my_forward", "the first small case, ids of shape (1, 5)", advice)(
             tiny, ids, torch.roll(ids, -1, 1))
@@ -292,7 +292,24 @@ def check_4(my_forward) -> None:
         named = [text for text, value in loss_variants.items() if abs(got_loss - value) < 1e-6 * max(1, abs(value))]
         close(got_loss, want_loss, f"{what}: the loss, mean cross-entropy of logits (B*T, V) against targets (B*T,)"
               + (f"; yours equals {named[0]}" if named else ""), 1e-6)
-    correct("Exercise 4: correct (your forward pass is the library's LanguageModel, to 1e-6)", my_forward)
+    # lesson 11 trains a model through this function: the loss must reach every weight (no detach, no .item(),
+    # no torch.no_grad inside, no tensor rebuilt from numbers)
+    model, B, T = cases[0]
+    model.zero_grad(set_to_none=True)
+    ids = torch.randint(0, model.config.vocab_size, (B, T), generator=g)
+    _, loss = call(my_forward, "my_forward", "the gradient case", advice)(model, ids, torch.roll(ids, -1, 1))
+    if not (isinstance(loss, torch.Tensor) and loss.requires_grad):
+        raise AssertionError("right values, but no gradient can flow back: the loss must be a tensor that "
+                             "autograd can follow to the model's weights (no torch.no_grad, .detach(), .item() "
+                             "or torch.tensor(...) of numbers inside my_forward); lesson 11 trains through it")
+    loss.backward()
+    dead = [name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    model.zero_grad(set_to_none=True)
+    assert not dead, (f"right values, but the loss gives no gradient to {', '.join(dead[:4])}"
+                      f"{' ...' if len(dead) > 4 else ''}: read the weights themselves (block.attn.q.weight, ...), "
+                      "not copies (.detach(), .data, .clone() under no_grad); lesson 11 trains through my_forward")
+    correct("Exercise 4: correct (your forward pass is the library's LanguageModel, to 1e-6, and gradients reach "
+            "every weight)", my_forward)
 
 
 # ------------------------------------------------------------------ exercise 5: a cross-entropy that cannot overflow
@@ -358,4 +375,4 @@ def check_5(my_cross_entropy) -> None:
     correct(f"Exercise 5: correct (stable at logits of 1e4, where exp overflows; first case {first:.4f} nats)", my_cross_entropy)
 
 
-EXERCISES = {1: "my_rmsnorm", 2: "my_rope", 3: "my_swiglu", 4: "my_forward", 5: "my_cross_entropy"}
+EXERCISES = {1: "my_rmsnorm", 2: "my_swiglu", 3: "my_rope", 4: "my_forward", 5: "my_cross_entropy"}

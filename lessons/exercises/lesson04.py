@@ -49,7 +49,10 @@ def check_1(my_decode) -> None:
             b, t = (int(i) for i in differ[0])
             raise AssertionError(f"{what}: row {b}, position {t} is token {int(got[b, t])}, expected "
                                  f"{int(want[b, t])} (the argmax of the logits at the last position"
-                                 f"{'; the prompt must come back unchanged' if t < T0 else ''})")
+                                 f"{'; the prompt must come back unchanged' if t < T0 else ''})"
+                                 + ("; if you feed the whole ids again with the cache, it holds the earlier "
+                                    "positions twice: after the prefill feed only the newest token, (B, 1)"
+                                    if t >= T0 else ""))
         assert fed and fed[0] == T0, (f"{what}: the first call should feed the whole prompt ({T0} positions: the "
                                       f"prefill), it fed {fed[0] if fed else 'nothing'}")
         assert sum(fed) <= T0 + n_new and max(fed[1:], default=1) == 1, (
@@ -59,10 +62,10 @@ def check_1(my_decode) -> None:
     correct("Exercise 1: correct (prefill once, then one token per step)", my_decode)
 
 
-def check_2(my_top_p) -> None:
+def check_3(my_top_p) -> None:
     """my_top_p(logits, p) against minwiola.generate.top_p_filter: the same tokens kept, their logits unchanged."""
     logits = torch.tensor([[3.0, 2.5, 2.0, 1.0, 0.5, 0.0, -1.0, -2.0]])
-    if not attempted(my_top_p(logits.clone(), 0.6), 2):
+    if not attempted(my_top_p(logits.clone(), 0.6), 3):
         return
     g = torch.Generator().manual_seed(0)
     exact = torch.tensor([[0.5, 0.25, 0.125, 0.125], [0.1, 0.2, 0.3, 0.4]]).log()
@@ -86,18 +89,18 @@ def check_2(my_top_p) -> None:
                 f"{above:.4f} of the mass, {'below' if keep[r, i] else 'already at least'} p (the nucleus is the "
                 f"smallest set reaching p)")
         assert torch.equal(got[keep], x[keep]), f"p={p}: the kept tokens' logits should come back unchanged"
-    correct("Exercise 2: correct (the library's nucleus, token for token)", my_top_p)
+    correct("Exercise 3: correct (the library's nucleus, token for token)", my_top_p)
 
 
-def check_3(worst_paged_waste) -> None:
+def check_2(worst_paged_waste) -> None:
     """worst_paged_waste(b): the most positions a paged cache with blocks of b can leave empty for one sequence."""
-    if not attempted(worst_paged_waste(2), 3):
+    if not attempted(worst_paged_waste(2), 2):
         return
     for b in (1, 2, 16, 64):
         worst = max(math.ceil(n / b) * b - n for n in range(1, 5 * b))
-        assert worst_paged_waste(b) == worst, (f"blocks of {b} positions: you say {worst_paged_waste(b)}, but a "
+        assert worst_paged_waste(b) == worst, (f"blocks of {b} position{'s' if b > 1 else ''}: you say {worst_paged_waste(b)}, but a "
                                                f"sequence can leave at most {worst} empty (try n = {b + 1} tokens)")
-    correct("Exercise 3: correct", worst_paged_waste)
+    correct("Exercise 2: correct", worst_paged_waste)
 
 
 def check_4(my_distinct) -> None:
@@ -119,4 +122,4 @@ def check_4(my_distinct) -> None:
     correct(f"Exercise 4: correct (2-gram repetition of that text: {1 - my_distinct(w, 2):.3f})", my_distinct)
 
 
-EXERCISES = {1: "my_decode", 2: "my_top_p", 3: "worst_paged_waste", 4: "my_distinct"}
+EXERCISES = {1: "my_decode", 2: "worst_paged_waste", 3: "my_top_p", 4: "my_distinct"}
