@@ -21,7 +21,7 @@ run: setup
 	$(BIN)/python -m minwiola
 
 # Every unit test, and every lesson executed under nbval (quick mode unless QUICK=0). PYTEST_ARGS: more arguments
-# (.ci/run's first pass gives --ignore=lessons: there the student edition's nbval run executes every lesson).
+# (.ci/run's first pass gives `tests`: there the student edition's nbval run executes every lesson).
 PYTEST_ARGS ?=
 test: setup
 	MINWIOLA_QUICK=$(QUICK) $(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -1116,3 +1116,9 @@ def report_sort(result: dict) -> str:
         rows.append(f"| {name} | {arm['params']:,} | {len(arm['seeds'])} | {arm['mean_nats_per_target_token']:.3f} | "
                     f"{arm['mean_nats_per_target_token_other_source']:.3f} | {arm['mean_targets_exact']:.1%} |")
     return "\n".join(rows)
+
+
+def hardware() -> str:
+    """How the benchmarks name this machine (common.hardware), for a lesson to print beside a stored result."""
+    from minwiola.lesson import benchmarks
+    return benchmarks("common").hardware()

@@ -62,10 +62,12 @@ def test_readme_gives_the_two_commands_and_ci_runs_the_test_one():
     assert "conda env create -f environment.yml" in README
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^run: setup\n\t\$\(BIN\)/python -m minwiola$", makefile, re.M)
-    assert re.search(r"^test: setup\n.*-m pytest$", makefile, re.M)
+    assert re.search(r"^test: setup\n.*-m pytest \$\(PYTEST_ARGS\)$", makefile, re.M)
+    assert re.search(r"^PYTEST_ARGS \?=$", makefile, re.M)              # empty unless a caller gives some
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
           if line.strip() and not line.startswith("#")]
-    assert "env -u MINWIOLA_DATA make test" in ci                        # a newcomer: no data at all
+    assert "env -u MINWIOLA_DATA make test PYTEST_ARGS=tests" in ci      # a newcomer: no data at all (the lessons
+    # run there through the student edition, tests/test_student.py)
     assert any(line.startswith("MINWIOLA_DATA=") and line.endswith("OMP_NUM_THREADS=1 make test") for line in ci)
     assert "export MINWIOLA_QUICK=1" in ci and "set -euo pipefail" in ci
 

@@ -62,6 +62,7 @@ CHAT_TEMPLATE = (
 )
 
 FIELDS = [f.name for f in dataclasses.fields(ModelConfig)]
+HF_NAMES = {"rope_scaling": "rope_stretch"}     # transformers owns `rope_scaling` (its own dict): ours is stored apart
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -79,7 +80,11 @@ class WiolaConfig(PretrainedConfig):
     def __init__(self, **kwargs):
         defaults = dataclasses.asdict(ModelConfig())
         for name in FIELDS:
-            setattr(self, name, kwargs.pop(name, defaults[name]))
+            hf = HF_NAMES.get(name, name)
+            value = kwargs.pop(hf, defaults[name])
+            if hf != name and isinstance(kwargs.get(name), str):     # the course's own name (from_model_config)
+                value = kwargs.pop(name)
+            setattr(self, hf, value)
         kwargs.setdefault("tie_word_embeddings", self.tie_head)
         super().__init__(**kwargs)
         self.tie_word_embeddings = self.tie_head     # the tying is done inside LanguageModel (eq. 7), never by HF
@@ -90,7 +95,7 @@ class WiolaConfig(PretrainedConfig):
 
     def model_config(self) -> ModelConfig:
         """The course's config (the same checks as any config: a bad field raises ValueError naming it)."""
-        return ModelConfig(**{name: getattr(self, name) for name in FIELDS})
+        return ModelConfig(**{name: getattr(self, HF_NAMES.get(name, name)) for name in FIELDS})
 
 
 class MinwiolaCache:
