@@ -1,13 +1,22 @@
 """Shared test fixtures."""
 import os
+import re
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
 
 # The exercises keep what passes in a workspace (lessons/exercises/__init__.py); tests and the lessons they execute
-# use a fresh one, so they never read a learner's work or write into it.
-os.environ["MINWIOLA_MINE"] = tempfile.mkdtemp(prefix="minwiola-mine-")
+# use a fresh one, so they never read a learner's work or write into it. Each test gets its own (a folder made only
+# when something is kept): what one test's solutions keep must not change what a lesson run by another prints.
+SCRATCH = Path(tempfile.mkdtemp(prefix="minwiola-mine-"))
+os.environ["MINWIOLA_MINE"] = str(SCRATCH)
+
+
+@pytest.fixture(autouse=True)
+def fresh_workspace(request, monkeypatch):
+    monkeypatch.setenv("MINWIOLA_MINE", str(SCRATCH / re.sub(r"\W", "_", request.node.nodeid)[-120:]))
 
 
 @pytest.fixture
