@@ -165,6 +165,24 @@ def test_a_notebook_of_the_wrong_shape_is_refused_in_one_line(lessons, tmp_path,
     assert code == 2 and said in err and len(err.splitlines()) == 1 and not (tmp_path / "g.csv").exists()
 
 
+def test_json_nested_too_deeply_is_refused_in_one_line(lessons, tmp_path, capsys):
+    """json gives up on deep nesting with a RecursionError (not a ValueError): a notebook, a grades file and a
+    student edition's marker nested 100,000 deep are each named in one line."""
+    deep = "[" * 100_000 + "]" * 100_000
+    path = tmp_path / "x_01_tiny.ipynb"
+    path.write_text(deep)
+    code, err = _cli(capsys, path, "--lessons", lessons, "--out", tmp_path / "g.csv")
+    assert code == 2 and err.endswith(f"{path} is not a Jupyter notebook (JSON nested too deeply to read)")
+    (tmp_path / "g.json").write_text(deep)
+    code, err = _cli(capsys, _submit(tmp_path, "ann_01_tiny.ipynb", _lesson()), "--lessons", lessons,
+                     "--out", tmp_path / "g.csv")
+    assert code == 2 and "g.json exists and is not a grades file" in err and len(err.splitlines()) == 1
+    (tmp_path / "student").mkdir()
+    (tmp_path / "student" / grade.MARKER).write_text(deep)
+    code, err = _cli(capsys, "--student-edition", tmp_path / "student", "--lessons", lessons)
+    assert code == 2 and "is damaged" in err and len(err.splitlines()) == 1
+
+
 @pytest.mark.parametrize("option, value", [("--timeout", "nan"), ("--timeout", "inf"), ("--timeout", "0"),
                                            ("--timeout", "-5"), ("--check-timeout", "0"), ("--check-timeout", "1.5")])
 def test_bad_time_limits_are_refused_by_name(lessons, tmp_path, capsys, option, value):

@@ -96,6 +96,8 @@ def read_notebook(path: Path) -> dict:
         nb = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ClassroomError(f"{path} is not a Jupyter notebook (not JSON: {e})") from None
+    except RecursionError:                  # what json raises on deep nesting ([[[[...), instead of a ValueError
+        raise ClassroomError(f"{path} is not a Jupyter notebook (JSON nested too deeply to read)") from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or nb.get("nbformat") != 4:
         raise ClassroomError(f"{path} is not a Jupyter notebook (no nbformat 4 'cells' list)")
     if not isinstance(nb.get("metadata", {}), dict):
@@ -248,7 +250,7 @@ def _clear_own_folder(out: Path) -> None:
                              "in it is touched; pick another folder")
     try:
         written = json.loads(marker.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         written = None
     if not isinstance(written, dict):
         raise ClassroomError(f"{marker} is damaged (not the list of files this tool wrote): nothing in {out} is "
@@ -670,7 +672,7 @@ def _written_by_grader(path: Path) -> bool:
             table = json.loads(text)
             return isinstance(table, list) and all(isinstance(r, dict) and tuple(r) == FIELDS for r in table)
         return text.splitlines()[:1] == [",".join(FIELDS)]
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return False
 
 
