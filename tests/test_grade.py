@@ -174,3 +174,20 @@ def test_a_notebook_that_kills_its_kernel_gets_errors_and_the_grader_goes_on(les
     assert {(r["result"], "the kernel stopped" in r["message"]) for r in table if r["student"] == "hal"} == \
         {("error", True)}
     assert [r["result"] for r in table if r["student"] == "ivy"] == ["correct", "correct", "not attempted"]
+
+
+def test_a_submission_linked_to_another_students_is_graded_under_its_own_name_and_flagged(lessons, tmp_path):
+    """bob/01_tiny.ipynb -> ../alice/01_tiny.ipynb (tar and zip keep links): a row for bob, flagged, and alice's
+    rows are alice's."""
+    alice = _submit(tmp_path, "alice/01_tiny.ipynb", _lesson(SOLVED_1))
+    bob = tmp_path / "bob" / "01_tiny.ipynb"
+    bob.parent.mkdir()
+    bob.symlink_to(Path("..") / "alice" / "01_tiny.ipynb")
+    out = tmp_path / "grades.csv"
+    assert grade.main([str(alice), str(bob), "--out", str(out), "--lessons", str(lessons)]) == 0
+    table = list(csv.DictReader(out.open()))
+    assert [(r["student"], r["file"]) for r in table] == [("alice", str(alice))] * 3 + [("bob", str(bob))] * 3
+    flags = {r["student"]: r["flags"] for r in table}
+    assert flags["bob"].startswith(f"a symbolic link to {Path('..') / 'alice' / '01_tiny.ipynb'}; ")
+    assert f"the same file as the submission {alice}" in flags["bob"]
+    assert flags["alice"] == f"the same file as the submission {bob}"      # she may have shared it: a look too

@@ -300,9 +300,18 @@ def match_lesson(path: Path, nb: dict, stems: list[str]) -> str:
 
 def student_of(path: Path, stem: str) -> str:
     """The student: the file name without the lesson's name (alice_14_mixture_of_experts.ipynb -> alice), or the
-    folder's name when the file is named just like the lesson (alice/14_mixture_of_experts.ipynb -> alice)."""
+    folder's name when the file is named just like the lesson (alice/14_mixture_of_experts.ipynb -> alice). Both come
+    from the path as given, never from where a link leads: bob/14_....ipynb linked to alice's file is bob's."""
     name = Path(path).stem.replace(stem, "").strip(" _-.")
-    return name or Path(path).resolve().parent.name
+    return name or Path(path).absolute().parent.name
+
+
+def shared_files(paths: list[Path]) -> dict[Path, list[str]]:
+    """Flags for submissions that are not a file of their own: a symbolic link (tar and zip keep them), or the same
+    file as another submission (a link either way, or a hard link)."""
+    ids = {p: (p.stat().st_dev, p.stat().st_ino) for p in map(Path, paths)}
+    return {p: ([f"a symbolic link to {os.readlink(p)}"] if p.is_symlink() else []) +
+               [f"the same file as the submission {q}" for q in ids if q != p and ids[q] == ids[p]] for p in ids}
 
 
 def tampering(nb: dict, lesson_nb: dict) -> list[str]:
@@ -754,9 +763,10 @@ def main(argv: list[str] | None = None) -> int:
         outputs(args.out)
         walls = isolation(args.isolation)
         print(ISOLATION_NOTE[walls])
-        reports = []
+        reports, shared = [], shared_files(args.submissions)
         for path in args.submissions:
             r = grade(path, args.lessons, args.timeout, args.check_timeout, walls=walls)
+            r["flags"] = shared[path] + r["flags"]
             score = sum(x["result"] == "correct" for x in r["results"])
             flag = f"  FLAGGED: {'; '.join(r['flags'])}" if r["flags"] else ""
             print(f"{r['student']:<16} {r['lesson']:<28} {score}/{len(r['results'])} correct "
