@@ -122,6 +122,27 @@ get_ipython().input_transformers_cleanup.append(_rewrite)
     assert "a forged verdict line" in flags and "get_ipython" in flags and "input_transformers_cleanup" in flags
 
 
+def test_the_graders_secrets_never_reach_the_kernel_or_the_grades(lessons, tmp_path, monkeypatch):
+    """g26: a token in the instructor's environment, raised in an exception, went out through grades.csv; and
+    variables that name sockets (ssh-agent, D-Bus, X11, Docker) handed the submission the services behind them."""
+    secret = "ghp_" + "s3cr3t" * 6
+    sockets = ("SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "DISPLAY", "DOCKER_HOST")
+    for name in ("GITHUB_TOKEN",) + sockets:
+        monkeypatch.setenv(name, secret)
+    seen = tmp_path / "env.json"
+    leak = (f"import json, os\njson.dump(dict(os.environ), open({str(seen)!r}, 'w'))\n\n\n"
+            "def halve(x):\n    raise RuntimeError(os.environ.get('GITHUB_TOKEN', 'no token'))\n")
+    path = _submit(tmp_path, "leo_01_tiny.ipynb", _lesson(SOLVED_1, stubs_2=leak))
+    out = tmp_path / "grades.csv"
+    assert grade.main([str(path), "--lessons", str(lessons), "--out", str(out), "--isolation", "none"]) == 0
+    assert secret not in out.read_text() and secret not in out.with_suffix(".json").read_text()
+    assert [r["message"] for r in csv.DictReader(out.open()) if r["function"] == "halve"] == ["RuntimeError: no token"]
+    env = json.loads(seen.read_text())
+    assert not [name for name, value in env.items() if secret in value] and not set(sockets) & set(env)
+    assert env["PATH"] == os.environ["PATH"] and env["MINWIOLA_QUICK"] == os.environ.get("MINWIOLA_QUICK", "1")
+    assert Path(env["HOME"]).name == "home" and Path(env["HOME"]).parent.name.startswith("minwiola-grade-")
+
+
 def test_the_hooks_that_reach_the_grader_are_flagged_and_no_lesson_uses_one():
     for code in ("import sys\nsys.modules['exercises'] = None", "import sys, io\nsys.stdout = io.StringIO()",
                  "f = lambda: 0\nprint(f.__closure__)", "import gc\ngc.get_objects()", "import ctypes",

@@ -501,9 +501,19 @@ def _kernel_manager(work: Path, hide: list[Path] | None):
     return km
 
 
+# What a kernel takes from the grader's environment: where programs and Python packages are, the locale, thread
+# counts, and where the lessons find their data. Nothing else: a token (GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY) would
+# reach every submission, and leave in its messages, and a variable that names a socket (SSH_AUTH_SOCK,
+# DBUS_SESSION_BUS_ADDRESS, DISPLAY, DOCKER_HOST) hands it the service behind. MINWIOLA_MINE stays out too: the
+# kernel keeps correct functions in its scratch copy's mine/, not in the instructor's.
+KERNEL_ENV = re.compile(r"PATH|PYTHONPATH|VIRTUAL_ENV|CONDA_PREFIX|SYSTEMROOT|LANG|LANGUAGE|LC_[A-Z]+|TZ|"
+                        r"OMP_NUM_THREADS|MKL_NUM_THREADS|MINWIOLA_(QUICK|DATA|DATA_URL)")
+
+
 def _kernel_env(work: Path) -> dict[str, str]:
-    """The kernel's environment: quick mode unless set, and home, temporary files and caches in the scratch
-    folder (the sandbox leaves nothing else writable); the token cache is the real one's files, linked in."""
+    """The kernel's environment: the grader's KERNEL_ENV, quick mode unless set, and home, temporary files and
+    caches in the scratch folder (the sandbox leaves nothing else writable); the token cache is the real one's
+    files, linked in."""
     folders = {name: work / name for name in ("home", "tmp", "cache")}
     for folder in folders.values():
         folder.mkdir(exist_ok=True)
@@ -511,7 +521,8 @@ def _kernel_env(work: Path) -> dict[str, str]:
     for npy in sorted(real.glob("*.npy")) if real.is_dir() else []:
         (folders["cache"] / npy.name).symlink_to(npy.resolve())
     home = folders["home"]
-    return {**os.environ, "MINWIOLA_QUICK": os.environ.get("MINWIOLA_QUICK", "1"), "HOME": str(home),
+    kept = {name: value for name, value in os.environ.items() if KERNEL_ENV.fullmatch(name)}
+    return {**kept, "MINWIOLA_QUICK": os.environ.get("MINWIOLA_QUICK", "1"), "HOME": str(home),
             "TMPDIR": str(folders["tmp"]), "IPYTHONDIR": str(home / ".ipython"),
             "MPLCONFIGDIR": str(home / ".matplotlib"), "XDG_CACHE_HOME": str(home / ".cache"),
             "MINWIOLA_CACHE": str(folders["cache"])}
