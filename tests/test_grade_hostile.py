@@ -8,6 +8,7 @@ minwiola.classroom.sandbox. The rest are bad inputs, each refused in one line be
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -291,6 +292,35 @@ def test_a_killed_grader_leaves_no_sandboxed_kernel_behind(lessons, tmp_path):
     while time.monotonic() < deadline and any(map(_alive, launchers)):
         time.sleep(0.2)
     assert not [p for p in launchers if _alive(p)], "the sandboxed kernel outlived its grader"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="processes are found through /proc")
+def test_ctrl_c_stops_the_grader_in_one_line_writing_nothing_and_leaving_no_kernel(lessons, tmp_path):
+    """g27: Ctrl-C (SIGINT) while a notebook runs: one line, exit 130, an earlier grades.csv untouched, no kernel."""
+    started = tmp_path / "started"
+    path = _submit(tmp_path, "slow_01_tiny.ipynb",
+                   _attack(f"import time\nopen({str(started)!r}, 'w').close()\ntime.sleep(120)\n", SOLVED_1))
+    out = tmp_path / "grades.csv"
+    grade.write([{"student": "ann", "lesson": "01_tiny", "file": "a", "flags": [], "seconds": 1.0,
+                  "results": [{"exercise": 1, "function": "double", "result": "correct", "message": ""}]}], out)
+    earlier = out.read_bytes(), out.with_suffix(".json").read_bytes()
+    grader = subprocess.Popen([sys.executable, "-m", "minwiola.grade", str(path), "--lessons", str(lessons), "--out",
+                               str(out), "--isolation", "none"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:     # the kernel is in the notebook's sleep
+        time.sleep(0.1)
+    kernels = [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat") if _parent(int(p.parent.name)) == grader.pid]
+    assert started.exists() and kernels, "the grader never ran the notebook"
+    grader.send_signal(signal.SIGINT)
+    said, err = grader.communicate(timeout=60)
+    mine = [line for line in err.splitlines() if not line.startswith("[IPKernelApp]")]   # the kernel's own warnings
+    assert grader.returncode == 130 and mine == ["python -m minwiola.grade: interrupted: nothing written"], err
+    assert (out.read_bytes(), out.with_suffix(".json").read_bytes()) == earlier
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(map(_alive, kernels)):
+        time.sleep(0.2)
+    assert not [p for p in kernels if _alive(p)], "the kernel outlived its grader"
 
 
 def _alive(pid: int) -> bool:

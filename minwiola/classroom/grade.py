@@ -756,10 +756,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--student-edition", type=Path, metavar="DIR",
                         help="write the student edition of every lesson into DIR instead of grading")
     args = parser.parse_args(argv)
+    left = "nothing written"                            # what a Ctrl-C leaves behind, said in its one line
     try:
         if args.student_edition:
             if args.submissions:
                 raise ClassroomError("give either --student-edition DIR or submissions, not both")
+            left = f"{args.student_edition} may be half written"
             written = student_edition(args.student_edition, args.lessons)
             print(f"student edition: {len(written)} lessons in {args.student_edition} (no solutions; exercise "
                   "outputs cleared)")
@@ -783,11 +785,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['student']:<16} {r['lesson']:<28} {score}/{len(r['results'])} correct "
                   f"({r['seconds']:.0f} s{', timed out' if r['timed_out'] else ''}){flag}")
             reports.append(r)
+        left = f"{args.out} may be half written"
         csv_path, json_path = write(reports, args.out)
+        left = f"{csv_path} and {json_path} written"
         print(f"wrote {csv_path} and {json_path}")
     except ClassroomError as e:
         print(f"python -m minwiola.grade: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:                           # grade() has stopped its kernel and removed its scratch folder
+        print(f"python -m minwiola.grade: interrupted: {left}", file=sys.stderr)
+        return 130
     return 0
 
 
