@@ -166,6 +166,33 @@ def test_a_notebook_that_prints_a_memory_bomb_costs_the_grader_little(lessons, t
     assert peak < 24 * 2**20, f"the grader held {peak / 2**20:.0f} MB of a 48 MB print"
 
 
+def _graders_peak_mb(lessons: Path, path: Path) -> tuple[float, dict]:
+    """How far a grader process's memory (RSS) rose above where it stood before grading `path` alone (its imports'
+    peak forgotten: Linux's clear_refs 5), and its results."""
+    code = ("import json, re; from pathlib import Path; from minwiola.classroom import grade; "
+            "Path('/proc/self/clear_refs').write_text('5'); "
+            f"r = grade.grade({str(path)!r}, {str(lessons)!r}, walls=None); "
+            "print(json.dumps([re.search(r'VmHWM:\\s+(\\d+)', Path('/proc/self/status').read_text())[1], r['results']]))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    peak_kb, results = json.loads(run.stdout.splitlines()[-1])
+    return int(peak_kb) / 1024, _results({"results": results})
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the peak memory is read in /proc")
+def test_a_flood_of_output_does_not_grow_the_graders_memory(lessons, tmp_path):
+    """g06 and g23: a fast flood (60 MB printed as fast as the kernel can) piled up in the grader's receive queue
+    before any cap saw it, and 100 cells of 0.9 MB each were each under a per-cell cap. The grader's peak memory
+    grading them stays within 30 MB of grading the same answers quietly, and the grades are the same."""
+    flood = _lesson(SOLVED_1)
+    flood["cells"][4:4] = [_cell("code", "import sys\nfor _ in range(60):\n    sys.stdout.write('x' * (1 << 20))\n"
+                                         "    sys.stdout.flush()\n")] + [_cell("code", "print('y' * 900_000)")] * 100
+    quiet, honest = _graders_peak_mb(lessons, _submit(tmp_path, "ann_01_tiny.ipynb", _lesson(SOLVED_1)))
+    loud, flooded = _graders_peak_mb(lessons, _submit(tmp_path, "bob_01_tiny.ipynb", flood))
+    assert flooded == honest == {"double": ("correct", ""), "square": ("correct", ""), "halve": ("not attempted", "")}
+    assert loud - quiet < 30, f"the grader grew by {loud - quiet:.0f} MB for 150 MB printed"
+
+
 # ------------------------------------------------------------------------------------- bad input, one line each
 def _cli(capsys, *args) -> tuple[int, str]:
     code = grade.main([str(a) for a in args])

@@ -9,7 +9,8 @@ the outputs of the exercise cells cleared; every other cell keeps its text and i
 marker listing what was written, so `make student` rebuilds only a folder it made and nobody has touched since.
 
 The grader executes each submitted notebook in a fresh kernel, from a scratch student edition, in quick mode
-(MINWIOLA_QUICK=1 unless set), within a time limit. Outputs stored in the submission are cleared first and never
+(MINWIOLA_QUICK=1 unless set), within a time limit, with only the grader's environment variables that KERNEL_ENV
+names (no tokens, nothing that names a socket). Outputs stored in the submission are cleared first and never
 read. Where the machine allows it (Linux with user namespaces; `--isolation`), the kernel runs in
 minwiola/classroom/sandbox.py: every file read-only but its scratch folder, the solutions and the git history
 hidden, no network, and every process it starts killed when it ends; where it does not, the grader says so, and the
@@ -23,14 +24,15 @@ disk or a verdict line forged by rewriting the grader's cell cannot change a ver
     correct          the check said "Exercise N: correct"
     wrong            the check raised AssertionError; its message says what is wrong
     not attempted    the function still returns None, or the notebook never defines it
-    error            the student's code raised something else (its first line is kept)
+    error            the student's code raised something else (its type and first line, 200 characters at most)
     timeout          the check, or the notebook before the function was defined, ran past its time limit
 
 and submissions that change what the checks rely on are flagged for the instructor to look at (flags never change
 a result): a check cell whose code differs from the lesson's (anything but the student's own functions and
 imports), code that assigns into the library or the exercises package, code that uses what can reach the grader's
 own cells (IPython's hooks, closures and frames, sys.modules, the grader's names) or names the solutions' folder,
-files of exercises/ (the scratch copy or the real one) or of the library changed on disk, and a forged verdict line.
+files of exercises/ (the scratch copy or the real one) or of the library changed on disk, a forged verdict line, and
+(by main) a submission that is a symbolic link or the same file as another one.
 
 The lesson's exercises are read from lessons/exercises/lessonNN.py (its EXERCISES = {N: "function name"}): there is
 no list here to keep up to date when a lesson is added.
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import collections
 import csv
 import functools
 import hashlib
@@ -452,7 +455,15 @@ def _changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
     return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
 
 
-OUTPUT_CAP = 1 << 20                    # characters of output kept per cell: the grader reads only its own cells'
+# What a notebook's output may cost the grader. The grader reads only its own two cells' output (the key, the
+# verdicts), so every output of the notebook's cells is dropped as it arrives, and its own keep OUTPUT_CAP characters
+# each. And the channel the kernel prints on (iopub) queues at most IOPUB_QUEUE messages on the grader's side: past
+# that the kernel's side queues them (in the kernel's memory) and then drops them. Without that bound a fast flood
+# piles up in the grader's receive queue, 1000 messages deep, faster than the grader reads it. A notebook that floods
+# while the grader's last cell runs (a thread it left printing) can lose its own verdict line: it gets `error`, never
+# another result. One message still costs the grader a few times its size while it is read.
+OUTPUT_CAP = 1 << 20
+IOPUB_QUEUE = 8
 
 
 def _output_size(out) -> int:
@@ -461,24 +472,42 @@ def _output_size(out) -> int:
 
 
 def _client(book, timeout: float, scratch: Path, km):
-    """An nbclient NotebookClient that keeps at most OUTPUT_CAP characters of each cell's output (a notebook that
-    prints gigabytes costs the grader nothing)."""
+    """An nbclient NotebookClient that keeps no output of the notebook's own cells and at most OUTPUT_CAP
+    characters of printed text and errors of the grader's first and last cells."""
     from nbclient import NotebookClient
 
     class CappedClient(NotebookClient):
         def output(self, outs, msg, display_id, cell_index):
+            graders = cell_index in (0, len(self.nb.cells) - 1)
+            if not graders or msg["msg_type"] not in ("stream", "error") or self.kept[cell_index] > OUTPUT_CAP:
+                return None
             out = super().output(outs, msg, display_id, cell_index)
-            if out is not None:
-                self.kept[cell_index] = self.kept.get(cell_index, 0) + _output_size(out)
-                if self.kept[cell_index] > OUTPUT_CAP and outs and outs[-1] is out:
-                    outs.pop()
+            self.kept[cell_index] += _output_size(out or {})
             return out
 
     client = CappedClient(book, km=km, timeout=int(timeout), kernel_name="python3", allow_errors=True,
                           interrupt_on_timeout=True, error_on_timeout=OUT_OF_TIME, shutdown_kernel="immediate",
                           resources={"metadata": {"path": str(scratch)}})
-    client.kept = {}
+    client.kept = collections.Counter()
     return client
+
+
+def _bounded_kernel_client():
+    """jupyter_client's AsyncKernelClient whose sockets hold at most IOPUB_QUEUE messages each: set on its context
+    before any socket connects (a socket's queue is fixed when it connects). Only the output channel's can fill up
+    (the others each get one reply per request): once it is full, the kernel's side drops what the notebook prints."""
+    import zmq
+    from jupyter_client.asynchronous import AsyncKernelClient
+    from traitlets import default
+
+    class BoundedKernelClient(AsyncKernelClient):
+        @default("context")
+        def _context_default(self):
+            context = super()._context_default()
+            context.setsockopt(zmq.RCVHWM, IOPUB_QUEUE)
+            return context
+
+    return BoundedKernelClient
 
 
 def _kernel_manager(work: Path, hide: list[Path] | None):
@@ -495,6 +524,7 @@ def _kernel_manager(work: Path, hide: list[Path] | None):
                     *[arg for folder in hide for arg in ("--hide", str(folder))], "--", *command]
 
     km = WalledKernel(kernel_name="python3")
+    km.client_factory = _bounded_kernel_client()
     km.connection_file = str(work / "kernel.json")
     if hide is not None:
         km.transport, km.ip = "ipc", str(work / "kernel")
