@@ -297,16 +297,25 @@ class, grade inside a throwaway container or VM (or as a user account that owns 
 **What makes a verdict trustworthy, in either mode.** Before the notebook's first cell the grader runs a cell of
 its own (`minwiola/classroom/probe.py`) that receives the lesson's checks as text, read from `lessons/exercises/`
 before any student code ran, and draws a secret key inside the kernel. After the notebook, the grader's last cell
-builds the checks from that text (never from disk), calls each one, and prints the verdicts signed with the key.
+builds the checks from that text (never from disk), calls each one, and writes the verdicts, signed with the key,
+to a file in the scratch folder.
 So a check cell the student edited, a check file rewritten on disk, or a verdict line forged by rewriting the
 grader's last cell (an IPython input transformer can) does not change a result: the forged line is flagged and
-the exercises get `error`. Outputs beyond 1 MB per cell are dropped as they arrive, so a notebook printing
-gigabytes costs the grader nothing.
+the exercises get `error`. The verdicts never depend on what the notebook prints: everything its cells print or
+display is dropped as it arrives, the grader's end of the kernel's output channel holds at most a few messages
+(past that the kernel's side drops them), and a single message over 8 MB is refused unread (the notebook's output
+channel then stays closed: each later cell waits 4 s), so a flood of output, fast, in one print or spread over
+thousands of cells, costs the grader a few MB. (An exception whose message is huge still reaches the grader whole,
+once, in the kernel's reply.)
 
 ## What the grader does, and what its results mean
 
 Each notebook runs in a fresh kernel, in a scratch copy of the student edition, in quick mode unless
-`MINWIOLA_QUICK` is set, within `--timeout` seconds (default 900) for the whole notebook; a cell that runs past
+`MINWIOLA_QUICK` is set, within `--timeout` seconds (default 900) for the whole notebook, with a home, temporary
+folder and caches of its own in the scratch folder and, of your environment, only `PATH`, `PYTHONPATH`,
+`VIRTUAL_ENV`, `CONDA_PREFIX`, `SYSTEMROOT`, the locale (`LANG`, `LANGUAGE`, `LC_*`, `TZ`), `OMP_NUM_THREADS`,
+`MKL_NUM_THREADS`, `MINWIOLA_QUICK`, `MINWIOLA_DATA` and `MINWIOLA_DATA_URL` (a token or a variable naming a
+socket, such as `SSH_AUTH_SOCK` or `DOCKER_HOST`, never reaches a submission); a cell that runs past
 it is interrupted and the rest of the notebook is skipped. The outputs stored in the notebook are cleared first
 and never read. Then the grader itself calls each of the lesson's checks on the function of that name the
 notebook defined, each within `--check-timeout` seconds (default 60):
@@ -316,7 +325,7 @@ notebook defined, each within `--check-timeout` seconds (default 60):
 | correct | the check printed "Exercise N: correct" |
 | wrong | the check raised AssertionError; `message` is its explanation (which input, what came back, what was expected) |
 | not attempted | the function still returns None, or the notebook never defines it |
-| error | the student's code raised another exception; `message` is its first line |
+| error | the student's code raised another exception; `message` is its type and first line (200 characters at most) |
 | timeout | the check ran past `--check-timeout`, or the notebook ran out of time before defining the function |
 
 **Flags** mark a submission for a look; they never change a result (the verdicts come from the real checks,
@@ -328,7 +337,9 @@ notebook ran, a `.py` file of the installed `minwiola/` changed on disk (flagged
 `git checkout minwiola/` if it was not yours; in the sandbox these writes fail), code that uses what can reach the
 grader's own cells (`get_ipython`, IPython's input and AST transformers, `events`, a function's `__closure__` or
 `__globals__`, frames, `gc.get_objects`, `ctypes`, `builtins`, `sys.modules`, an assignment to `sys.stdout`,
-names starting with `_minwiola`), code that names the solutions' folder, and a forged verdict line. A student
+names starting with `_minwiola`), code that names the solutions' folder, a forged verdict line, and a
+submission that is a symbolic link or the same file as another submission (the student is always named from the
+path as given: `bob/00_start_here.ipynb` linked to alice's file is graded as bob, flagged). A student
 can still defeat any grader that runs their code (by digging the key out of the grader's closure under a name
 the flags do not know, or by patching the library in memory under another name); read the flagged notebooks,
 and spot-check the others.

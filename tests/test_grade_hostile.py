@@ -179,18 +179,25 @@ def _graders_peak_mb(lessons: Path, path: Path) -> tuple[float, dict]:
     return int(peak_kb) / 1024, _results({"results": results})
 
 
+FLOODS = ["print('y' * 900_000)"] * 100 + [
+    "import sys\nfor _ in range(60):\n    sys.stdout.write('x' * (1 << 20))\n    sys.stdout.flush()\n",
+    "import sys, threading\n\n\ndef spam():\n    while True:\n        sys.stdout.write('t' * (1 << 20))\n"
+    "        sys.stdout.flush()\n\n\nthreading.Thread(target=spam, daemon=True).start()\n",
+    "import sys\nfor _ in range(60):\n    sys.stdout.write('z' * (1 << 20))\n"]
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="the peak memory is read in /proc")
 def test_a_flood_of_output_does_not_grow_the_graders_memory(lessons, tmp_path):
-    """g06 and g23: a fast flood (60 MB printed as fast as the kernel can) piled up in the grader's receive queue
-    before any cap saw it, and 100 cells of 0.9 MB each were each under a per-cell cap. The grader's peak memory
-    grading them stays within 30 MB of grading the same answers quietly, and the grades are the same."""
+    """g06 and g23: 100 cells of 0.9 MB each were each under a per-cell cap; 60 MB printed as fast as the kernel
+    can piled up in the grader's receive queue before any cap saw it, and unflushed it is one 60 MB message; a
+    thread that goes on printing floods the channel while the grader's last cell runs. The grader's peak memory
+    grading all that stays within 30 MB of grading the same answers quietly, and the grades are the same."""
     flood = _lesson(SOLVED_1)
-    flood["cells"][4:4] = [_cell("code", "import sys\nfor _ in range(60):\n    sys.stdout.write('x' * (1 << 20))\n"
-                                         "    sys.stdout.flush()\n")] + [_cell("code", "print('y' * 900_000)")] * 100
+    flood["cells"] += [_cell("code", code) for code in FLOODS]
     quiet, honest = _graders_peak_mb(lessons, _submit(tmp_path, "ann_01_tiny.ipynb", _lesson(SOLVED_1)))
     loud, flooded = _graders_peak_mb(lessons, _submit(tmp_path, "bob_01_tiny.ipynb", flood))
     assert flooded == honest == {"double": ("correct", ""), "square": ("correct", ""), "halve": ("not attempted", "")}
-    assert loud - quiet < 30, f"the grader grew by {loud - quiet:.0f} MB for 150 MB printed"
+    assert loud - quiet < 30, f"the grader grew by {loud - quiet:.0f} MB for 200 MB printed"
 
 
 # ------------------------------------------------------------------------------------- bad input, one line each

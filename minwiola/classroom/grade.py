@@ -17,7 +17,7 @@ hidden, no network, and every process it starts killed when it ends; where it do
 submission runs with the instructor's rights. Either way, before the notebook's first cell the grader's own first
 cell (minwiola/classroom/probe.py) takes the lesson's real checks as text, read from lessons/exercises/ before
 anything ran; once the notebook has run, the grader's last cell calls each check itself, in that kernel, on each
-exercise function the notebook defined, each under its own time limit, and prints the verdicts signed with a key
+exercise function the notebook defined, each under its own time limit, and writes the verdicts, signed with a key
 drawn in the kernel before the student's code ran. So a check cell the student edited, a check file rewritten on
 disk or a verdict line forged by rewriting the grader's cell cannot change a verdict. Each exercise gets one result:
 
@@ -50,6 +50,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -373,14 +374,15 @@ PROBE_SOURCE = Path(__file__).with_name("probe.py")
 KEY = "MINWIOLA-KEY "                   # how the grader's first cell prints the kernel's secret key
 
 
-def _setup_cell(lessons: Path, stem: str, exercises: dict[int, str], limit: int) -> str:
+def _setup_cell(lessons: Path, stem: str, exercises: dict[int, str], limit: int, verdicts: Path) -> str:
     """The grader's first cell, run before any of the notebook's: minwiola/classroom/probe.py and the lesson's checks
-    as text, read now from the real lessons folder (so nothing the notebook writes on disk can change them)."""
+    as text, read now from the real lessons folder (so nothing the notebook writes on disk can change them), and
+    the file the probe writes its signed verdicts to."""
     folder = Path(lessons) / "exercises"
     helpers = folder / "__init__.py"
     args = (PROBE_SOURCE.read_text(encoding="utf-8"), (folder / f"lesson{stem[:2]}.py").read_text(encoding="utf-8"),
             helpers.read_text(encoding="utf-8") if helpers.exists() else "", f"lesson{stem[:2]}", exercises,
-            int(limit))
+            int(limit), str(verdicts))
     return ("def _minwiola_setup(program, *args):\n"
             "    probe = {'__name__': 'minwiola_grade_probe'}\n"
             "    exec(compile(program, 'minwiola/classroom/probe.py', 'exec'), probe)\n"
@@ -393,11 +395,24 @@ def _printed(cell) -> str:
     return "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
 
 
-def _signed_verdicts(setup, probe) -> tuple[list | None, str]:
-    """The probe's verdicts if its line carries the signature made with the key the first cell printed; else
-    (None, a flag when a line was there but its signature was wrong)."""
+def _small_file(path: Path) -> str:
+    """The start (OUTPUT_CAP characters) of a plain file, or "": what the probe wrote, or what the notebook put
+    in its place (a link, a pipe that never ends, a huge file)."""
+    try:
+        if stat.S_ISREG(path.lstat().st_mode):
+            with path.open(encoding="utf-8", errors="replace") as f:
+                return f.read(OUTPUT_CAP)
+    except OSError:
+        pass
+    return ""
+
+
+def _signed_verdicts(setup, probe, written: str) -> tuple[list | None, str]:
+    """The probe's verdicts (the line it wrote to its file, else one printed by the last cell) if the line carries
+    the signature made with the key the first cell printed; else (None, a flag when a line was there but its
+    signature was wrong: the real probe never prints one)."""
     key = next((ln[len(KEY):] for ln in _printed(setup).splitlines() if ln.startswith(KEY)), None)
-    line = next((ln for ln in _printed(probe).splitlines() if ln.startswith(VERDICTS)), None)
+    line = next((ln for ln in (written + "\n" + _printed(probe)).splitlines() if ln.startswith(VERDICTS)), None)
     if line is None:
         return None, ""
     sign, _, said = line[len(VERDICTS):].partition(" ")
@@ -455,15 +470,15 @@ def _changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
     return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
 
 
-# What a notebook's output may cost the grader. The grader reads only its own two cells' output (the key, the
-# verdicts), so every output of the notebook's cells is dropped as it arrives, and its own keep OUTPUT_CAP characters
-# each. And the channel the kernel prints on (iopub) queues at most IOPUB_QUEUE messages on the grader's side: past
-# that the kernel's side queues them (in the kernel's memory) and then drops them. Without that bound a fast flood
-# piles up in the grader's receive queue, 1000 messages deep, faster than the grader reads it. A notebook that floods
-# while the grader's last cell runs (a thread it left printing) can lose its own verdict line: it gets `error`, never
-# another result. One message still costs the grader a few times its size while it is read.
+# What a notebook's output may cost the grader. The grader reads only its own first cell's output (the key) and the
+# verdicts the last one writes to a file, so every output of the notebook's cells is dropped as it arrives, its own
+# cells keep OUTPUT_CAP characters each, and the channel the kernel prints on (iopub) may lose messages: on the
+# grader's side it queues at most IOPUB_QUEUE of them (past that the kernel's side queues, then drops them), and a
+# message over IOPUB_MESSAGE bytes is refused before it is read, which closes the channel for the rest of that
+# notebook (each later cell then waits nbclient's iopub_timeout, 4 s, for the end of its output). Without these a fast
+# flood piled up in the grader's receive queue (1000 messages deep) and one huge print was held two or three times.
 OUTPUT_CAP = 1 << 20
-IOPUB_QUEUE = 8
+IOPUB_QUEUE, IOPUB_MESSAGE = 4, 8 << 20     # the lessons' largest output is 0.4 MB (a figure)
 
 
 def _output_size(out) -> int:
@@ -493,19 +508,25 @@ def _client(book, timeout: float, scratch: Path, km):
 
 
 def _bounded_kernel_client():
-    """jupyter_client's AsyncKernelClient whose sockets hold at most IOPUB_QUEUE messages each: set on its context
-    before any socket connects (a socket's queue is fixed when it connects). Only the output channel's can fill up
-    (the others each get one reply per request): once it is full, the kernel's side drops what the notebook prints."""
+    """jupyter_client's AsyncKernelClient whose iopub socket (its only SUB socket) takes IOPUB_QUEUE and IOPUB_MESSAGE:
+    set where the socket is made, as they must be before it connects."""
     import zmq
+    import zmq.asyncio
     from jupyter_client.asynchronous import AsyncKernelClient
     from traitlets import default
+
+    class BoundedContext(zmq.asyncio.Context):
+        def socket(self, socket_type, *args, **kwargs):
+            sock = super().socket(socket_type, *args, **kwargs)
+            if socket_type == zmq.SUB:
+                sock.rcvhwm, sock.maxmsgsize = IOPUB_QUEUE, IOPUB_MESSAGE
+            return sock
 
     class BoundedKernelClient(AsyncKernelClient):
         @default("context")
         def _context_default(self):
-            context = super()._context_default()
-            context.setsockopt(zmq.RCVHWM, IOPUB_QUEUE)
-            return context
+            self._created_context = True                 # so the client destroys it when it stops, as its own
+            return BoundedContext()
 
     return BoundedKernelClient
 
@@ -663,9 +684,6 @@ def grade(path: Path, lessons: Path = LESSONS, timeout: float = 900, check_timeo
         book = nbformat.reads(json.dumps(nb), as_version=4)
     except Exception as e:                            # noqa: BLE001 (nbformat's many errors: one line)
         raise ClassroomError(f"{path} is not a notebook nbformat can read ({type(e).__name__}: {e})") from None
-    setup = nbformat.v4.new_code_cell(_setup_cell(lessons, stem, exercises, check_timeout))
-    probe = nbformat.v4.new_code_cell("_minwiola_probe()")
-    book.cells = [setup, *book.cells, probe]
     checks_before, library_before = _digests(lessons / "exercises", "*"), _digests(library)
     with tempfile.TemporaryDirectory(prefix="minwiola-grade-") as tmp:
         work = Path(tmp)
@@ -673,15 +691,19 @@ def grade(path: Path, lessons: Path = LESSONS, timeout: float = 900, check_timeo
         student_edition(scratch, lessons)
         before = _digests(scratch / "exercises")
         hide = hidden_folders(lessons) if walls == "sandbox" else None
+        setup = nbformat.v4.new_code_cell(_setup_cell(lessons, stem, exercises, check_timeout, work / "verdicts"))
+        probe = nbformat.v4.new_code_cell("_minwiola_probe()")
+        book.cells = [setup, *book.cells, probe]
         seconds, timed_out, trouble = _execute(book, work, scratch, timeout, hide,
                                                check_timeout * len(exercises) + 60)
         changed = _changed(before, _digests(scratch / "exercises"))
+        written = _small_file(work / "verdicts")
     report["flags"] += [f"changed exercises/{name} on disk (in its scratch copy)" for name in changed]
     report["flags"] += [f"changed the real {lessons.name}/exercises/{name} on disk"
                         for name in _changed(checks_before, _digests(lessons / "exercises", "*"))]
     report["flags"] += [f"changed the library's {library.name}/{name} on disk"
                         for name in _changed(library_before, _digests(library))]
-    verdicts, forged = _signed_verdicts(setup, probe)
+    verdicts, forged = _signed_verdicts(setup, probe, written)
     report["flags"] += [forged] if forged else []
     if verdicts is None:
         why = forged or trouble or next((f"{o['ename']}: {o['evalue']}" for o in probe.outputs
