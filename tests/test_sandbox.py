@@ -38,8 +38,8 @@ def _held_if(attempt: str) -> dict:
 def test_a_cell_cannot_create_files_in_dev_and_dev_null_still_works(lessons, tmp_path):   # g21
     name = f"minwiola-test-{os.getpid()}"
     nb = _held_if(f"open('/dev/{name}', 'w')")
-    nb["cells"].append(_cell("code", "open('/dev/null', 'w').write('x')\nassert len(open('/dev/urandom', 'rb').read(8)) == 8\n"
-                                     "def square(x):\n    return x * x\n"))      # redefined only if /dev/null works
+    works = "open('/dev/null', 'w').write('x')\nassert len(open('/dev/urandom', 'rb').read(8)) == 8\n"
+    nb["cells"].append(_cell("code", works + "def square(x):\n    return x * x\n"))    # only if /dev/null works
     try:
         got = _results(grade.grade(_submit(tmp_path, "dev_01_tiny.ipynb", nb), lessons, walls="sandbox"))
         assert not Path(f"/dev/{name}").exists()
@@ -95,7 +95,9 @@ def test_a_notebook_cannot_take_another_students_work(lessons, tmp_path, capsys)
              "            for c in json.load(open(os.path.join(folder, name)))['cells']:\n"
              "                if c['cell_type'] == 'code' and 'def ' in ''.join(c['source']):\n"
              "                    exec(''.join(c['source']))\n")
-    bob = _submit(tmp_path / "submissions", "bob_01_tiny.ipynb", _lesson(before=steal))
+    nb = _lesson()
+    nb["cells"].append(_cell("code", steal))                 # after the stubs, which it replaces
+    bob = _submit(tmp_path / "submissions", "bob_01_tiny.ipynb", nb)
     out = tmp_path / "grades.csv"
     assert grade.main([str(alice), str(bob), "--out", str(out), "--lessons", str(lessons)]) == 0
     table = list(csv.DictReader(out.open()))

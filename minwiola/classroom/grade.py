@@ -767,17 +767,17 @@ def _whole_seconds(text: str) -> int:
     return int(value)
 
 
-HELP = f"""isolation (--isolation): with `auto` (the default) each submission's kernel runs in classroom/sandbox.py where
+HELP = f"""isolation (--isolation): with `auto` (default) each submission's kernel runs in classroom/sandbox.py where
 this machine allows it (Linux with user namespaces): every file read-only but its scratch folder; the solutions,
 the git history, the other submissions and the grades files hidden; /tmp, /var/tmp and /run empty (where Unix
 sockets such as ssh-agent's or Docker's live); a fresh /dev with only null, zero, full, random, urandom and tty; no
-network; at most {KERNEL_LIMITS["pids"]} processes and threads and half the memory in a cgroup where one can be made (as root,
-or in a delegated cgroup v2 subtree), else {KERNEL_LIMITS["pids"]} processes by RLIMIT_NPROC, which does not bind root (then
-`--isolation sandbox` refuses to grade unless given --allow-unlimited-processes); every process it starts killed
-when it ends. It still runs as you and can read what
-you can read elsewhere (your home, say), and connect to a Unix socket kept outside /tmp and /run. Where no sandbox
-is possible, submissions run with all of your rights: they can read the solutions and delete your files. Either
-way, for a real class grade inside a throwaway container or VM, or as a user account that owns nothing of value."""
+network; at most {KERNEL_LIMITS["pids"]} processes and threads, and half the memory, in a cgroup where one can be
+made (as root, or in a delegated cgroup v2 subtree), else {KERNEL_LIMITS["pids"]} processes by RLIMIT_NPROC, which
+does not bind root (then `--isolation sandbox` refuses to grade unless given --allow-unlimited-processes); every
+process it starts killed when it ends. It still runs as you, can read what you can read elsewhere (your home, say)
+and connect to a Unix socket kept outside /tmp and /run. Where no sandbox is possible, submissions run with all of
+your rights: they can read the solutions and delete your files. Either way, for a real class grade inside a
+throwaway container or VM, or as a user account that owns nothing of value."""
 
 
 def main(argv: list[str] | None = None) -> int:
