@@ -1,22 +1,29 @@
 """Run one command walled off from the machine: how the grader runs a student's kernel (Linux only).
 
-    python -m minwiola.classroom.sandbox --scratch DIR [--hide PATH ...] -- COMMAND ...
+    python -m minwiola.classroom.sandbox --scratch DIR [--hide PATH ...] [--keep PATH ...] -- COMMAND ...
     python -m minwiola.classroom.sandbox --check                  # can this machine do it? one line either way
 
-Inside, the command sees the same files as outside, with four differences, all made by Linux namespaces that any
+Inside, the command sees the same files as outside, with these differences, all made by Linux namespaces that any
 user may create (no root, no setuid helper, nothing installed):
 
-- every file system is **read-only** except the folder DIR (and a private, empty /dev/shm);
-- each `--hide PATH` (a folder) looks **empty** (the grader hides the real lessons with their solutions, and the
-  repository's git history, which holds them too);
+- every file system is **read-only** except the folder DIR (and a private, empty /dev/shm), /sys and the host
+  kernel's knobs in /proc (/proc/sys, sysrq-trigger...) included, which root could otherwise write even here;
+- /dev is **fresh**: null, zero, full, random, urandom, tty (and a GPU's nvidia* devices), nothing to write;
+- /tmp, /var/tmp and /run are **empty** (but for DIR, this Python and each `--keep PATH`): the Unix sockets that
+  live there (ssh-agent, D-Bus, Docker, X11) cannot be reached; a socket kept elsewhere still can;
+- each `--hide PATH` looks **empty** (a folder) or reads as empty (a file): the grader hides the lessons'
+  solutions, the repository's git history, which holds them too, and the other students' submissions;
 - there is **no network** (a network namespace of its own, its loopback down);
 - the command is **process 1 of its own process namespace**: when it ends, or when this launcher is killed, the
-  kernel kills every process it started, however it forked or detached (`setsid`, a double fork).
+  kernel kills every process it started, however it forked or detached (`setsid`, a double fork);
+- with `--cgroup DIR` (made by make_cgroups: root, or a delegated cgroup v2 subtree) it runs in that cgroup, whose
+  pids.max and memory.max cap it; `--max-processes N` sets RLIMIT_NPROC, counted within its own user namespace
+  but ignored by the kernel for root. limit_problem() says whether either caps anything here.
 
 The command runs without any capabilities (its bounding set is emptied and no_new_privs is set before exec), so it
-cannot undo the mounts. It still runs as the same user, reads what that user may read (except the hidden folders),
-uses the CPU and memory it likes, and shares the kernel with the host: this keeps honest work honest and stops the
-cheap attacks; it is not a jail against a determined attacker with a kernel exploit (use a VM for that).
+cannot undo the mounts. It still runs as the same user, reads what that user may read (except the hidden paths),
+and shares the kernel with the host: this keeps honest work honest and stops the cheap attacks; it is not a jail
+against a determined attacker with a kernel exploit (use a VM for that).
 
 What it cannot do everywhere: where user namespaces are switched off (some containers' seccomp profiles, Ubuntu's
 AppArmor restriction on unprivileged user namespaces, not Linux at all), `--check` says why and the grader says
@@ -322,23 +329,22 @@ def make_cgroups(limits: dict[str, int]) -> list[Path]:
 
 
 def remove_cgroups(groups: list[Path]) -> None:
-    """Kill whatever is left in `groups` (the process namespace has usually done it) and remove them."""
+    """Kill whatever is left in `groups` (the process namespace has usually done it) and remove them; one still
+    busy after 10 s is left for the next grading to remove (_remove_stale)."""
     for group in groups:
         for _ in range(200):
-            pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
-            if not pids:
+            try:
+                group.rmdir()
                 break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.05)
-        try:
-            group.rmdir()
-        except OSError:                                      # still emptying: the kernel removes nothing by itself
-            time.sleep(0.5)
-            group.rmdir()
+            except FileNotFoundError:
+                break
+            except OSError:                                  # busy until its last process is gone
+                for pid in (group / "cgroup.procs").read_text().split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.05)
 
 
 # Run in the sandbox by limit_problem(): how many of 30 processes it may start (each sleeps till the end).
