@@ -573,8 +573,9 @@ def isolation(choice: str = "auto", unlimited: bool = False) -> str | None:
     why = _sandbox_problem()
     if why is None:
         if choice == "sandbox" and not unlimited and _limit_problem():
-            raise ClassroomError(f"--isolation sandbox: {_limit_problem()}; a fork bomb would take this machine: "
-                                 "grade as another user or in a container, or give --allow-unlimited-processes")
+            raise ClassroomError(f"--isolation sandbox: {_limit_problem()}: a fork bomb would take this machine; "
+                                 "grade as a user other than root, or give --allow-unlimited-processes where the "
+                                 "machine caps them itself (docker run --pids-limit)")
         return "sandbox"
     if choice == "sandbox":
         raise ClassroomError(f"--isolation sandbox: no sandbox on this machine ({why})")
