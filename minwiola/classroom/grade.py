@@ -584,7 +584,7 @@ def isolation(choice: str = "auto", unlimited: bool = False) -> str | None:
 
 ISOLATION_NOTE = {
     "sandbox": "isolation: sandbox (files read-only but its scratch folder, solutions, git history and the other "
-               "submissions hidden, no network, a fresh /dev, processes capped and all killed at the end; it still "
+               "submissions hidden, no network, a fresh /dev, every process it starts killed at the end; it still "
                "runs as you and can read your other files)",
     None: "isolation: NONE: each submission runs with all of your rights (it can read the solutions and delete your "
           "files); grade in a throwaway container, VM or user account",

@@ -106,9 +106,12 @@ def _fresh_dev(libc) -> None:
     real = os.open("/dev", os.O_PATH)
     _mount(libc, "tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755")
     for name in sorted({n for pattern in DEVICES for n in fnmatch.filter(os.listdir(_fd_path(real)), pattern)}):
-        source = os.path.join(_fd_path(real), name)
-        Path(f"/dev/{name}").mkdir() if os.path.isdir(source) else Path(f"/dev/{name}").touch()
-        _mount(libc, source, f"/dev/{name}", None, MS_BIND | MS_REC)
+        source, target = os.path.join(_fd_path(real), name), Path(f"/dev/{name}")
+        if os.path.isdir(source):
+            target.mkdir()
+        else:
+            target.touch()
+        _mount(libc, source, str(target), None, MS_BIND | MS_REC)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"/dev/{name}")
@@ -312,7 +315,7 @@ def make_cgroups(limits: dict[str, int]) -> list[Path]:
     for run(..., cgroups=) to join; [] where none can be made here. remove_cgroups undoes it."""
     name, made = f"{CGROUP_PREFIX}{os.getpid()}-{time.monotonic_ns()}", []
     for controller, value in limits.items():
-        for parent in _cgroup_parents(controller):
+        for parent in _cgroup_parents(controller) if value else []:
             _remove_stale(parent)
             group, new = parent / name, not (parent / name).exists()
             try:
@@ -339,11 +342,11 @@ def remove_cgroups(groups: list[Path]) -> None:
             except FileNotFoundError:
                 break
             except OSError:                                  # busy until its last process is gone
-                for pid in (group / "cgroup.procs").read_text().split():
-                    try:
+                try:
+                    for pid in (group / "cgroup.procs").read_text().split():
                         os.kill(int(pid), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                except (ProcessLookupError, FileNotFoundError):
+                    pass
                 time.sleep(0.05)
 
 
