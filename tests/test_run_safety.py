@@ -15,7 +15,7 @@ import torch
 
 from minwiola import data, first_line, sha256_file, train
 from minwiola.classroom import grade
-from minwiola.tools import download, runs, train_cli
+from minwiola.tools import download, runs, token_cache, train_cli
 from minwiola.model import LanguageModel, preset
 from minwiola.train import Trainer
 from helpers import one_error_line, tiny
@@ -581,4 +581,4 @@ def test_one_sha256_for_data_runs_and_the_grader(tmp_path):
     path = tmp_path / "f.bin"
     path.write_bytes(bytes(range(256)) * 5000)                       # more than one 1 MiB read
     assert sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert data.sha256_file is runs.sha256_file is grade.sha256_file is download.sha256_file is sha256_file
+    assert token_cache.sha256_file is runs.sha256_file is grade.sha256_file is download.sha256_file is sha256_file

@@ -505,12 +505,13 @@ def _kernel_manager(work: Path, hide: list[Path] | None, walls: tuple[str, ...] 
 
 def _kernel_env(work: Path) -> dict[str, str]:
     """The kernel's environment: quick mode unless set, and home, temporary files and caches in the scratch
-    folder (the sandbox leaves nothing else writable); the token cache is the real one's files, linked in."""
+    folder (the sandbox leaves nothing else writable); the token cache is the real one's files (its arrays and the
+    data files' remembered checksums), linked in."""
     folders = {name: work / name for name in ("home", "tmp", "cache")}
     for folder in folders.values():
         folder.mkdir(exist_ok=True)
     real = token_cache.cache_dir()
-    for npy in sorted(real.glob("*.npy")) if real.is_dir() else []:
+    for npy in sorted(real.glob("*.npy")) + sorted(real.glob(token_cache.CHECKSUMS)) if real.is_dir() else []:
         (folders["cache"] / npy.name).symlink_to(npy.resolve())
     home = folders["home"]
     return {**os.environ, "MINWIOLA_QUICK": os.environ.get("MINWIOLA_QUICK", "1"), "HOME": str(home),

@@ -89,9 +89,9 @@ def check_options(out: Path, resume: bool, overwrite: bool) -> str:
     return state
 
 
-def differences(held: dict, wanted: dict, prefix: str = "") -> list[str]:
-    """The fields where two settings dicts differ, named as "field: X there, Y now"."""
-    return [f"{prefix}{k}: {held.get(k)!r} there, {wanted.get(k)!r} now"
+def differences(held: dict, wanted: dict, prefix: str = "", sides: tuple[str, str] = ("there", "now")) -> list[str]:
+    """The fields where two settings dicts differ, named as "field: X there, Y now" (or the `sides` given)."""
+    return [f"{prefix}{k}: {held.get(k)!r} {sides[0]}, {wanted.get(k)!r} {sides[1]}"
             for k in sorted(held.keys() | wanted.keys()) if held.get(k) != wanted.get(k)]
 
 
