@@ -515,6 +515,40 @@ def test_the_main_job_reports_a_damaged_best_in_one_line(small_data, tmp_path, c
     assert "damaged" in one_error_line(capsys.readouterr().err)
 
 
+def test_the_main_job_keeps_a_users_file_inside_best_and_checkpoint(small_data, tmp_path, capsys, monkeypatch):
+    """m01: `python -m minwiola` replaces runs/main on every call. A file the user put inside best/ or checkpoint/
+    (folders the trainer replaces whole) stops it with one line naming the file, and nothing is deleted."""
+    from minwiola.__main__ import main
+    monkeypatch.setenv("MINWIOLA_QUICK", "1")
+    monkeypatch.chdir(tmp_path)
+    job, run = ["--batch-size", "2", "--block-size", "16", *TINY_SET], tmp_path / "runs" / "main"
+    assert main(job) == 0 and main(job) == 0                           # an ordinary rerun replaces the run
+    for inner, name in (("best", "my-notes.txt"), ("checkpoint", "exported-for-thesis.txt")):
+        mine = run / inner / name
+        mine.write_text("keep me")
+        before = sorted((p.relative_to(run), p.read_bytes()) for p in run.rglob("*") if p.is_file())
+        capsys.readouterr()
+        assert main(job) == 1
+        assert f"runs/main/{inner}/{name} was not written by the trainer" in one_error_line(capsys.readouterr().err)
+        assert sorted((p.relative_to(run), p.read_bytes()) for p in run.rglob("*") if p.is_file()) == before
+        mine.unlink()
+    assert main(job) == 0
+
+
+@pytest.mark.parametrize("inner", ["best", "best.tmp", "best.old"])
+def test_a_checkpoint_swap_keeps_a_users_file_in_the_folders_it_replaces(tmp_path, inner):
+    """m01, in the middle of a run: saving best/ replaces best/, best.tmp/ and best.old/ whole, so a user's file in
+    any of them stops the save (one error naming it) and stays."""
+    (tmp_path / inner).mkdir()
+    (tmp_path / inner / "plot.png").write_text("mine")
+    with pytest.raises(runs.RunFolderError, match=f"{inner}/plot.png was not written by the trainer"):
+        runs.save_atomically(tmp_path, "best", lambda folder: (folder / "eval.json").write_text("{}"))
+    assert (tmp_path / inner / "plot.png").read_text() == "mine"
+    (tmp_path / inner / "plot.png").unlink()
+    runs.save_atomically(tmp_path, "best", lambda folder: (folder / "eval.json").write_text("{}"))
+    assert sorted(p.name for p in (tmp_path / "best").iterdir()) == ["SHA256SUMS", "eval.json"]
+
+
 def test_a_seed_torch_cannot_take_is_one_error_line_naming_seed(small_data, tmp_path, capsys):
     from minwiola.generate import generate_ids
     from minwiola.generate import main as generate_main
