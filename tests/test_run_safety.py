@@ -338,6 +338,45 @@ def test_from_pretrained_checks_what_it_reads(tmp_path):
             LanguageModel.from_pretrained(folder)
 
 
+DEEP_JSON = "[" * 100_000 + "]" * 100_000               # Python's json parser runs out of stack on it
+
+
+def test_a_model_folders_tokenizer_must_fit_its_model(tmp_path, capsys):
+    """n03: a folder whose tokenizer.bpe is not its model's (300 ids on a 4096-id model, no SHA256SUMS to catch the
+    swap) is one error line naming both sizes, not a story of garbage; a padded vocabulary (64 ids more, or
+    diffusion's [MASK]) still loads."""
+    from minwiola.generate import load_model, main as generate_main
+    from minwiola.tokenizer import default_tokenizer
+    folder = tmp_path / "model"
+    LanguageModel(preset("tiny-llama", vocab_size=4096)).save_pretrained(folder, default_tokenizer().truncated(300))
+    assert generate_main([str(folder), "--tokens", "3"]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "tokenizer (300 ids)" in line and "vocab_size=4096" in line and str(folder) in line
+    for vocab_size in (4096, 4097, 4160):
+        LanguageModel(preset("tiny-llama", vocab_size=vocab_size)).save_pretrained(folder, default_tokenizer())
+        assert load_model(folder)[1].vocab_size == 4096
+
+
+def test_json_nested_too_deep_is_one_error_naming_the_file(tmp_path, capsys):
+    """n04: a config.json nested 100,000 deep is a RecursionError in Python's parser, which is no ValueError:
+    `generate` on such a folder says so in one line naming the file (end to end, as a command), and so does
+    every reader of a user's JSON (`minwiola.tools.load_json`)."""
+    from minwiola.tools import load_json
+    folder = tmp_path / "model"
+    LanguageModel(preset("tiny-llama")).save_pretrained(folder)
+    (folder / "config.json").write_text(DEEP_JSON)
+    done = subprocess.run([sys.executable, "-m", "minwiola.generate", str(folder), "--tokens", "2"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    assert one_error_line(done.stderr) == f"error: {folder / 'config.json'} is not valid JSON (nested too deep)"
+    (folder / "metrics.jsonl").write_text(f'{{"step": 1}}\n{DEEP_JSON}\n{{"step": 2}}\n')
+    with pytest.raises(runs.RunFolderError, match="metrics.jsonl line 2 is not a metrics record"):
+        runs.read_metrics(folder)
+    (folder / "bytes.json").write_bytes(b"\xff{}")
+    with pytest.raises(ValueError, match="bytes.json is not valid JSON"):
+        load_json(folder / "bytes.json")
+
+
 # ----------------------------------------------------------------------------------------- budgets in time
 def test_a_minutes_budget_ends_the_run_by_the_clock_and_the_schedule_follows_it(small_data, tmp_path, monkeypatch):
     import itertools
@@ -396,11 +435,11 @@ def test_generate_refuses_a_damaged_run_folder(small_data, tmp_path, capsys):
     assert "model.safetensors is damaged" in one_error_line(capsys.readouterr().err)
 
 
-@pytest.mark.parametrize("state", ["[1, 2]", "not json", '{"train": {}}'])
+@pytest.mark.parametrize("state", ["[1, 2]", "not json", '{"train": {}}', "deep"])
 def test_a_broken_run_config_on_resume_is_one_error_line(small_data, tmp_path, capsys, state):
     out = tmp_path / "run"
     finished_run(out)
-    (out / "config.json").write_text(state)
+    (out / "config.json").write_text(DEEP_JSON if state == "deep" else state)
     assert train_cli.main(cli(out, "--resume")) == 1
     assert "config.json" in one_error_line(capsys.readouterr().err)
 
