@@ -11,7 +11,8 @@
 
 The arrows point one way. download, sample, token_cache, runs and launch import nothing of the course's files: what they
 need of them (the encoder, the loss, a batch, a parameter count) is handed to them as arguments. The command lines
-and the bridge sit on top of everything. This file holds the few helpers more than one tool needs.
+and the bridge sit on top of everything. This file holds the few helpers more than one tool needs (`load_json`,
+which reads a user's JSON file, serves the course's files and the grader too).
 """
 from __future__ import annotations
 
