@@ -88,8 +88,8 @@ def check_options(out: Path, resume: bool, overwrite: bool) -> str:
         raise RunFolderError(f"nothing to resume in {out}: no run there")
     if state == "ours" and not (resume or overwrite):
         raise RunFolderError(f"{out} already holds a run; pass --resume to continue it or --overwrite to replace it")
-    if state == "ours" and not resume:
-        check_own_folders(out, OWN)                     # --overwrite will delete them: only if wholly the trainer's
+    if state == "ours":                                 # --overwrite deletes them, a resumed run replaces them as
+        check_own_folders(out, OWN)                     # it saves: only if they hold nothing but the trainer's files
     return state
 
 
