@@ -348,17 +348,18 @@ def check_configs(parser: argparse.ArgumentParser, options: str, build) -> None:
         parser.error(f"{options}: {e}")
 
 
-def result_options(parser: argparse.ArgumentParser, name: str, history: bool = False) -> None:
+def result_options(parser: argparse.ArgumentParser, name: str, history: bool = False, report: bool = True) -> None:
     """Add --result (default results/NAME.json), --overwrite (replace a --result file that is not this script's
-    result: `read_result`) and --report (print the docs' tables from that file, run nothing); with `history`, also
-    --change, a row for the file's history (`with_history`)."""
+    result: `read_result`) and, unless not `report`, --report (print the docs' tables from that file, run nothing);
+    with `history`, also --change, a row for the file's history (`with_history`)."""
     if history:
         parser.add_argument("--change", help="a row for the history: what the code at this commit changed")
     parser.add_argument("--result", default=str(ROOT / "results" / f"{name}.json"))
     parser.add_argument("--overwrite", action="store_true", help="replace --result even if it is another "
                                                                  "benchmark's result, or no result file")
-    parser.add_argument("--report", action="store_true", help="print docs/results.md's tables from --result; run "
-                                                              "nothing")
+    if report:
+        parser.add_argument("--report", action="store_true", help="print docs/results.md's tables from --result; "
+                                                                  "run nothing")
 
 
 def with_history(result: dict, old: dict, row: dict | None) -> dict:

@@ -121,7 +121,8 @@ def test_train_runs_changes_the_model_with_set_and_names_the_runs_after_it(sandb
 
 # ------------------------------------------------------------------------------------------ the --result file
 RESULT_SCRIPTS = ["ablation", "compile_bench", "convergence", "convergence_cs336", "cs336_step_probe", "diffusion_bench",
-                  "generation_bench", "layouts_bench", "scan_bench", "ssm_bench", "train_runs", "wiola_step_bench"]
+                  "extrapolation", "generation_bench", "layouts_bench", "moe_bench", "norm_bench", "scan_bench",
+                  "ssm_bench", "train_runs", "wiola_step_bench"]
 OTHERS_RESULT = '{"command": "python benchmarks/convergence_elsewhere.py --seeds 0 1", "arms": {"hours": "of work"}}'
 
 
