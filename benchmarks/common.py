@@ -218,8 +218,8 @@ def save_or_return(fig, path: Path | None, dpi: int = 110):
 def script_of(result: dict) -> str | None:
     """The benchmark script a result's "command" names ("convergence.py"), or None when it names none."""
     command = result.get("command")
-    return next((Path(word).name for word in command.split() if word.endswith(".py")), None) if isinstance(
-        command, str) else None
+    words = command.split() if isinstance(command, str) else []
+    return next((Path(word).name for word in words if word.endswith(".py")), None)
 
 
 def read_result(path: str | Path, script: str | None = None, overwrite: bool = False) -> dict:
