@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from common import (ROOT, commit, decide, hardware, positive_float, positive_int, register, result_options, seed_int,
+from common import (ROOT, commit, decide, hardware, positive_float, positive_int, register, read_result, result_options, seed_int,
                     target_merge_ratio, train_or_reuse, user_errors)
 from experiments import BASE, FIVE, PARTS, calibrate_tau, learned, summary
 
@@ -183,16 +183,15 @@ def main(argv: list[str] | None = None) -> int:
     result_options(parser, "ablation")
     args = parser.parse_args(argv)
     if args.report:
-        print(table(json.loads(Path(args.result).read_text())))
+        print(table(read_result(args.result)))
         return 0
     result = {"command": "python benchmarks/ablation.py" + "".join(" " + a for a in sys.argv[1:]),
               "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "data": data.describe_source(), "steps": args.steps,
               "batch_size": args.batch_size, "block_size": args.block_size, "seeds": args.seeds,
               "lr_sweep": {}, "arms": {}}
-    result_path = Path(args.result)
-    if result_path.exists():                 # a resumed run keeps the registration its first start wrote
-        result["registered"] = json.loads(result_path.read_text()).get("registered")
+    result_path = Path(args.result)           # a resumed run keeps the registration its first start wrote:
+    result["registered"] = read_result(result_path, Path(__file__).name, args.overwrite).get("registered")
     register(result, registration(args.seeds))
 
     def save():

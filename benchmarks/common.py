@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from minwiola import verdict
+from minwiola.tools import load_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,7 +46,7 @@ def train_or_reuse(cfg, out: Path) -> Path:
     from minwiola.tools.runs import held_train_config
     from minwiola.train import Trainer
     if (out / "loss.png").exists():                     # finished: reused if it is this experiment
-        held = held_train_config(json.loads((out / "config.json").read_text())["train"])   # + settings added since
+        held = held_train_config(load_json(out / "config.json")["train"])   # + settings added since
         if held != json.loads(json.dumps(dataclasses.asdict(cfg))):
             raise SystemExit(f"{out} holds a run with other settings; move it away or pass other --runs")
         return out
@@ -214,10 +215,43 @@ def save_or_return(fig, path: Path | None, dpi: int = 110):
     return fig
 
 
-def write_result(result: dict, path: Path, plot=None) -> None:
+def script_of(result: dict) -> str | None:
+    """The benchmark script a result's "command" names ("convergence.py"), or None when it names none."""
+    command = result.get("command")
+    words = command.split() if isinstance(command, str) else []
+    return next((Path(word).name for word in words if word.endswith(".py")), None)
+
+
+def read_result(path: str | Path, script: str | None = None, overwrite: bool = False) -> dict:
+    """The result file at `path` ({} if there is none), read before any work is done: one ValueError naming the
+    file when it is not a result file (not JSON, not a JSON object, a "history" that is not a list). Given `script`
+    (the benchmark's own, "generation_bench.py"), the file must also be a result of that script: a mistyped or
+    reused --result never replaces another benchmark's hours of work, unless `overwrite` (--overwrite) says to,
+    and then the file counts as absent."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    hint = "; pass --overwrite to replace it, or choose another --result" if script else ""
+    try:
+        result = load_json(path)
+        if not isinstance(result, dict) or not isinstance(result.get("history", []), list):
+            raise ValueError(f"{path} is not a benchmark's result file (a JSON object whose history is a list)")
+        if script and script_of(result) != script:
+            raise ValueError(f"{path} holds a result of {script_of(result) or 'no benchmark (it has no command)'}, "
+                             f"not of {script}")
+    except ValueError as e:
+        if overwrite:
+            return {}
+        raise ValueError(f"{e}{hint}") from None
+    return result
+
+
+def write_result(result: dict, path: Path, plot=None, overwrite: bool = False) -> None:
     """A benchmark's result file, written whole (a temporary file renamed over it, so a reader never meets half a
     file), then its figure beside it (`plot(result, path.with_suffix(".png"))`); a figure that fails is reported on
-    stderr and never costs the result."""
+    stderr and never costs the result. A file already at `path` is replaced only if it is a result of the same
+    script (`read_result`), or with `overwrite`."""
+    read_result(path, script_of(result), overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
@@ -314,21 +348,25 @@ def check_configs(parser: argparse.ArgumentParser, options: str, build) -> None:
         parser.error(f"{options}: {e}")
 
 
-def result_options(parser: argparse.ArgumentParser, name: str, history: bool = False) -> None:
-    """Add --result (default results/NAME.json) and --report (print the docs' tables from that file, run
-    nothing); with `history`, also --change, a row for the file's history (`with_history`)."""
+def result_options(parser: argparse.ArgumentParser, name: str, history: bool = False, report: bool = True) -> None:
+    """Add --result (default results/NAME.json), --overwrite (replace a --result file that is not this script's
+    result: `read_result`) and, unless not `report`, --report (print the docs' tables from that file, run nothing);
+    with `history`, also --change, a row for the file's history (`with_history`)."""
     if history:
         parser.add_argument("--change", help="a row for the history: what the code at this commit changed")
     parser.add_argument("--result", default=str(ROOT / "results" / f"{name}.json"))
-    parser.add_argument("--report", action="store_true", help="print docs/results.md's tables from --result; run "
-                                                              "nothing")
+    parser.add_argument("--overwrite", action="store_true", help="replace --result even if it is another "
+                                                                 "benchmark's result, or no result file")
+    if report:
+        parser.add_argument("--report", action="store_true", help="print docs/results.md's tables from --result; "
+                                                                  "run nothing")
 
 
-def with_history(result: dict, path: Path, row: dict | None) -> dict:
-    """`result` with the history its earlier file at `path` kept, plus `row` when given: how a benchmark records
-    what each change to the code bought (each row names its change and commit), across runs."""
-    kept = json.loads(path.read_text()).get("history", []) if path.exists() else []
-    return {**result, "history": kept + ([row] if row else [])}
+def with_history(result: dict, old: dict, row: dict | None) -> dict:
+    """`result` with the history its earlier file kept (`old`, as `read_result` read it before the run), plus `row`
+    when given: how a benchmark records what each change to the code bought (each row names its change and commit),
+    across runs."""
+    return {**result, "history": old.get("history", []) + ([row] if row else [])}
 
 
 def user_errors(main):

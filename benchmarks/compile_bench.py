@@ -16,7 +16,6 @@ trained model's merging can ask. Measured:
 Writes results/compile_bench.json; `--report` prints docs/training.md's sentence.
 """
 import argparse
-import json
 import os
 import shlex
 import statistics
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from common import commit, hardware, known_preset, positive_int, result_options, user_errors, write_result
+from common import commit, hardware, known_preset, positive_int, read_result, result_options, user_errors, write_result
 from minwiola.model import LanguageModel, next_token_loss, preset
 from minwiola.train import TrainConfig
 
@@ -66,8 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = Path(args.result)
     if args.report:
-        print(sentence(json.loads(path.read_text())))
+        print(sentence(read_result(path)))
         return 0
+    read_result(args.result, Path(__file__).name, args.overwrite)   # before any work: a wrong --result costs nothing
     cfg = preset(args.preset)
     if args.block > cfg.context:
         raise ValueError(f"--block {args.block}: windows must fit the preset's context of {cfg.context}")
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
               "break_even_minutes": None if break_even_steps is None else round(break_even_steps * eager / 60, 1),
               "first_loss": {name: losses[name][0] for name in models},
               "largest_loss_difference": max(abs(a - b) for a, b in zip(losses["eager"], losses["compiled"]))}
-    write_result(result, path)
+    write_result(result, path, overwrite=args.overwrite)
     print(sentence(result))
     print(f"losses of the two copies differ by at most {result['largest_loss_difference']:.2e} nats over "
           f"{args.repeat + 2} steps")

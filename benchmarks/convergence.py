@@ -106,7 +106,6 @@ them).
 import argparse
 import contextlib
 import datetime
-import json
 import math
 import os
 import statistics
@@ -118,7 +117,7 @@ import torch
 
 from analysis import convergence_plot as plot
 from common import (ROOT, check_configs, commit, decide, hardware, model_shape, natural_int, nice_group,
-                    positive_float, positive_int, proportion, result_options, seed_int, step_times, target_merge_ratio,
+                    positive_float, positive_int, proportion, read_result, result_options, seed_int, step_times, target_merge_ratio,
                     register, train_or_reuse, user_errors, write_result)
 from experiments import BASE, FIVE, PARTS, calibrate_tau, closest_d_ff, flatness, learned, log, summary, uncommitted
 
@@ -328,7 +327,7 @@ def take_others(result: dict, path: Path, mine: list[str]) -> None:
     runs, nor over a --timing-only measured meanwhile. A file with other settings is left to be replaced."""
     if not path.exists():
         return
-    disk = json.loads(path.read_text())
+    disk = read_result(path, Path(__file__).name, overwrite=True)   # {} if not ours (write_result says if it may go)
     if any(disk.get(k) != result.get(k) for k in SETTINGS):
         return
     for name, arm in disk.get("arms", {}).items():
@@ -419,8 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = Path(args.result)
     if args.report:
-        print(report(json.loads(path.read_text())))
+        print(report(read_result(path)))
         return 0
+    read_result(args.result, Path(__file__).name, args.overwrite)   # before any work: a wrong --result costs nothing
     args.sweep_steps = args.sweep_steps or args.steps
     if args.sweep_seed in args.seeds:
         parser.error(f"--sweep-seed {args.sweep_seed} must not be one of the reported --seeds")
@@ -431,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.pid_file).parent.mkdir(parents=True, exist_ok=True)
         Path(args.pid_file).write_text(f"{os.getpid()}\n")
     settings = {k: getattr(args, k) for k in SETTINGS}
-    old = json.loads(path.read_text()) if path.exists() else {}
+    old = read_result(path, Path(__file__).name, args.overwrite)
     same = {k: old.get(k) for k in SETTINGS} == settings
     command = "python benchmarks/convergence.py" + "".join(" " + a for a in (argv or sys.argv[1:]))
     launch = {"command": command, "commit": commit(), "uncommitted": uncommitted(),
@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         with locked(Path(args.runs)):
             take_others(result, path, args.arms)
             summarise(result, args)
-            write_result(result, path, plot)
+            write_result(result, path, plot, args.overwrite)
 
     def arm_entry(name: str) -> dict:
         arm = result["arms"].setdefault(name, {"sweep": {}, "seeds": {}})

@@ -51,7 +51,7 @@ from pathlib import Path
 
 from analysis import CS336_ARMS as ARMS, cs336_plot as plot, cs336_report as report
 from common import (ROOT, check_configs, commit, decide, hardware, model_shape, positive_float, positive_int,
-                    proportion, result_options, seed_int, step_times, target_merge_ratio, train_or_reuse, user_errors,
+                    proportion, read_result, result_options, seed_int, step_times, target_merge_ratio, train_or_reuse, user_errors,
                     register, write_result)
 from experiments import calibrate_tau, flatness, learned, log, summary, uncommitted
 
@@ -218,15 +218,16 @@ def main(argv: list[str] | None = None) -> int:
         return worker(args.worker)
     path = Path(args.result)
     if args.report:
-        print(report(json.loads(path.read_text())))
+        print(report(read_result(path)))
         return 0
+    read_result(args.result, Path(__file__).name, args.overwrite)   # before any work: a wrong --result costs nothing
     if args.calibration_seed in args.seeds:
         parser.error(f"--calibration-seed {args.calibration_seed} must not be one of the reported --seeds")
     check_configs(parser, "--shape/--dropout", lambda: [preset(a, **overrides(a, 0.5, args)) for a in ARMS])
     device = device_name(args.device)                   # a --device this machine lacks: one error line, no folder
     Path(args.runs).mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    old = json.loads(path.read_text()) if path.exists() else {}
+    old = read_result(path, Path(__file__).name, args.overwrite)
     kept = old if all(old.get(k) == getattr(args, k) for k in SETTINGS if k != "rates") else {}
     args.rates = sorted(set(args.rates) | set(kept.get("rates", [])))     # a grid grown by a later launch
     result = {"command": "python benchmarks/convergence_cs336.py " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         result["arms"][arm]["runs"].setdefault(f"{lr:g}", {})[str(seed)] = entry
         log(f"{entry['run']}: best {entry['bits_per_byte']:.4f} bits/byte at step {entry['best_step']}")
         summarise(result)
-        write_result(result, path, plot)
+        write_result(result, path, plot, args.overwrite)
         return []
 
     calibration = (WIOLA, args.calibration_rate, args.calibration_seed, 0.92)
@@ -279,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     result["timing"] = timing(state["tau"], args, result) or kept.get("timing")
     result["wall_seconds"] = round(time.perf_counter() - started, 1)
     summarise(result)
-    write_result(result, path, plot)
+    write_result(result, path, plot, args.overwrite)
     print(report(result))
     return 0
 

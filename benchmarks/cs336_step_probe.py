@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from common import commit, hardware, positive_int, result_options, user_errors, write_result
+from common import commit, hardware, positive_int, read_result, result_options, user_errors, write_result
 
 from minwiola import atm
 from minwiola.model import LanguageModel, preset
@@ -119,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.lengths and args.result == parser.get_default("result"):
         args.result = args.result.replace(".json", "_lengths.json")
     if args.report:
-        print(json.dumps(json.loads(Path(args.result).read_text()), indent=1))
+        print(json.dumps(read_result(args.result), indent=1))
         return 0
+    read_result(args.result, Path(__file__).name, args.overwrite)   # before any work: a wrong --result costs nothing
     if args.block > preset("wiola-cs336").context:
         raise ValueError(f"--block {args.block}: windows must fit the context of {preset('wiola-cs336').context}")
     device = pick_device(args.device)
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:40s} " + "  ".join(f"{k} {v:8.1f}" for k, v in result["step_ms"][name].items()), flush=True)
         result["profiles"] = {n: profiled(n, table[n], ids, device, precision)
                               for n in (f"wiola-cs336 (tau {TAU})", "llama-cs336")}
-    write_result(result, Path(args.result))
+    write_result(result, Path(args.result), overwrite=args.overwrite)
     return 0
 
 

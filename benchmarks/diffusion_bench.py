@@ -73,7 +73,7 @@ import torch
 from analysis import (DIFFUSION_ARMS as ARMS, blank_span, diffusion_arm_config as arm_config,
                       diffusion_counts as counts, diffusion_plot as plot, diffusion_report as report)
 from common import (ROOT, best_eval, check_configs, commit, decide, hardware, model_shape, non_negative_float,
-                    positive_float, positive_int, register, result_options, seed_int, train_or_reuse, user_errors,
+                    positive_float, positive_int, read_result, register, result_options, seed_int, train_or_reuse, user_errors,
                     write_result)
 
 from minwiola import data, diffusion, sha256_file
@@ -308,10 +308,11 @@ def summarise(result: dict) -> None:
                              for n in ARMS) or "generation" not in result or "infilling" not in result)
 
 
-def write(result: dict, path: Path) -> None:
-    """Merge into what is on disk (another process may have written its runs), then replace atomically."""
+def write(result: dict, path: Path, overwrite: bool) -> None:
+    """Merge into what is on disk (another process may have written its runs), then replace atomically (a file
+    that is not this script's result only with --overwrite)."""
     if path.exists():
-        disk = json.loads(path.read_text())
+        disk = read_result(path, Path(__file__).name, overwrite)
         if {k: disk.get(k) for k in ("steps", "block_size", "shape")} == \
                 {k: result[k] for k in ("steps", "block_size", "shape")}:
             for name, arm in disk.get("arms", {}).items():
@@ -322,7 +323,7 @@ def write(result: dict, path: Path) -> None:
                 if key in disk and key not in result:
                     result[key] = disk[key]
     summarise(result)
-    write_result(result, path, plot)
+    write_result(result, path, plot, overwrite)
 
 
 # -------------------------------------------------------------------------------------------------- main
@@ -379,8 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     check_configs(parser, "--shape/--block-size", lambda: counts(args.block_size, args.shape))
     path = Path(args.result)
     if args.report:
-        print(report(json.loads(path.read_text())))
+        print(report(read_result(path)))
         return 0
+    read_result(args.result, Path(__file__).name, args.overwrite)   # before any work: a wrong --result costs nothing
     result = {"command": "python benchmarks/diffusion_bench.py" + "".join(" " + a for a in (argv or sys.argv[1:])),
               "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "data": data.describe_source(), "steps": args.steps,
@@ -398,11 +400,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{params['diffusion'] - params['decoder']}, is the [MASK] row of the embedding)", flush=True)
     if args.evaluate_only:
         args.parts, args.arms, args.lrs = ["sweep", "seeds", "samples"], list(ARMS), args.rates
-    write(result, path)                                       # the file now holds what other processes measured
+    write(result, path, args.overwrite)                                       # the file now holds what other processes measured
     held = result.get("registered", {}).get("comparisons", {}).get("diffusion vs decoder", {}).get("seeds", [])
     result["seeds"] = sorted(set(args.seeds) | {0} | set(map(int, held)))    # every launch's (one process a seed)
     register(result, registration(result["seeds"]))
-    write(result, path)                                       # registered before the first run
+    write(result, path, args.overwrite)                                       # registered before the first run
     for name in args.arms:
         arm = result["arms"][name]
         if "sweep" in args.parts:
@@ -410,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
                 entry = gather(name, lr, 0, args, arm["sweep"].get(f"{lr:g}"))
                 if entry is not None:
                     arm["sweep"][f"{lr:g}"] = entry
-                    write(result, path)
+                    write(result, path, args.overwrite)
                     print(f"{name} lr {lr:g} seed 0: {entry['bits_per_byte']:.4f} bits/byte", flush=True)
         if "seeds" in args.parts:
             missing = set(f"{r:g}" for r in args.rates) - set(arm["sweep"])
@@ -423,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                          arm["seeds"].get(str(seed)))
                 if entry is not None:
                     arm["seeds"][str(seed)] = entry
-                    write(result, path)
+                    write(result, path, args.overwrite)
                     print(f"{name} lr {lr:g} seed {seed}: {entry['bits_per_byte']:.4f} bits/byte", flush=True)
     if "samples" in args.parts:
         best = {name: result["arms"][name]["best_lr"] for name in ARMS}
@@ -433,10 +435,10 @@ def main(argv: list[str] | None = None) -> int:
             result["generation"] = {"run": run_name("diffusion", best["diffusion"], 0),
                                     **generation(diffusion_model, decoder, tokenizer, args)}
             result["infilling"] = infilling(diffusion_model, decoder, tokenizer, args)
-            write(result, path)
+            write(result, path, args.overwrite)
         else:
             print("samples: both arms need a finished seed-0 run at their best rate", flush=True)
-    write(result, path)
+    write(result, path, args.overwrite)
     return 0
 
 

@@ -46,8 +46,8 @@ import torch
 
 from analysis import (ENCODINGS, EXTRAPOLATION_WORDS as WORDS, ROPE_SCALINGS, extrapolation_plot as plot, far, gap,
                       loss_by_position, near, stretched, windows)
-from common import (ROOT, best_eval, commit, decide, hardware, positive_float, positive_int, register, seed_int,
-                    train_or_reuse, user_errors)
+from common import (ROOT, best_eval, commit, decide, hardware, positive_float, positive_int, read_result, register,
+                    result_options, seed_int, train_or_reuse, user_errors)
 
 from minwiola import data
 from minwiola.train import TrainConfig
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--encodings", nargs="+", default=list(ENCODINGS), choices=list(ENCODINGS))
     parser.add_argument("--threshold", type=positive_float, default=0.1, help="nats: the gap that counts as breaking")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "extrapolation"))
-    parser.add_argument("--result", default=str(ROOT / "results" / "extrapolation.json"))
+    result_options(parser, "extrapolation", report=False)
     parser.add_argument("--evaluate-only", action="store_true", help="evaluate the finished runs; train nothing")
     parser.add_argument("--scalings", nargs="*", default=list(ROPE_SCALINGS), choices=list(ROPE_SCALINGS),
                         help="inference-time RoPE methods evaluated on the rope arm's runs (none: skip)")
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--factor {args.factor}: evaluating out to {args.factor} x L leaves no position from 2L on; "
                      f"use 3 or more")
     result_path = Path(args.result)
-    old = json.loads(result_path.read_text()) if result_path.exists() else {}
+    old = read_result(result_path, Path(__file__).name, args.overwrite)
     result = {"command": "python benchmarks/extrapolation.py" + "".join(" " + a for a in sys.argv[1:]),
               "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "data": data.describe_source(), "preset": BASE, "steps": args.steps,

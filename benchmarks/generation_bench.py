@@ -24,7 +24,6 @@ their values.
 making the library faster says what it bought (lesson 04 shows the history). Writes results/generation_bench.json.
 """
 import argparse
-import json
 import os
 import shlex
 import statistics
@@ -35,7 +34,8 @@ from pathlib import Path
 import torch
 
 from analysis import library_decode, operations_profile, reference_decode
-from common import commit, hardware, known_preset, positive_int, result_options, user_errors, with_history, write_result
+from common import (commit, hardware, known_preset, positive_int, read_result, result_options, user_errors, with_history,
+                    write_result)
 from minwiola.generate import sample_next
 from minwiola.model import LanguageModel, ModelConfig, preset
 
@@ -108,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     result_options(parser, "generation_bench", history=True)
     args = parser.parse_args(argv)
     if args.report:
-        print(history_table(json.loads(Path(args.result).read_text())))
+        print(history_table(read_result(args.result)))
         return 0
+    old = read_result(args.result, Path(__file__).name, args.overwrite)   # before the run: a wrong file costs nothing
     cfg, n = preset(args.preset), args.new_tokens
     check_reference_shape(cfg, f"--preset {args.preset}")
     if 1 + args.new_tokens > cfg.context:
@@ -145,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
               "ms_per_token": where_time_goes(model, n, args.repeat), "yocto_claim": YOCTO_CLAIM}
     row = {"change": args.change, "commit": result["commit"], "library": rate["library"], "reference": rate["reference"],
            "ratio": result["library_over_reference"], "library_ops_per_token": profiles["library"]["ops_per_token"]}
-    result = with_history(result, Path(args.result), row if args.change else None)
-    write_result(result, Path(args.result))
+    result = with_history(result, old, row if args.change else None)
+    write_result(result, Path(args.result), overwrite=args.overwrite)
     print("tokens/s: " + ", ".join(f"{name} {r:.0f}" for name, r in rate.items()) + f"; the same tokens: {same}")
     print(f"library / reference: {result['library_over_reference']:.2f}x; / reference in inference mode: "
           f"{result['library_over_reference_inference_mode']:.2f}x")

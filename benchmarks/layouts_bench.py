@@ -64,7 +64,7 @@ import torch
 from analysis import (DIGITS, SPAN, build, decode, optimiser_step, report_sort, sort_configs, sort_evaluate, sort_train,
                       target_loss)
 from common import (ROOT, check_configs, commit, decide, hardware, model_shape, natural_int, positive_float,
-                    positive_int, register, result_options, save_or_return, seed_int, user_errors)
+                    positive_int, register, read_result, result_options, save_or_return, seed_int, user_errors)
 
 from minwiola import data
 from minwiola.budget import count_params, encdec_breakdown, encdec_params, layout_costs
@@ -317,13 +317,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sort-steps", type=positive_int, default=SORT["steps"])
     args = parser.parse_args(argv)
     if args.report:
-        stored = json.loads(Path(args.result).read_text())
+        stored = read_result(args.result)
         print(report(stored) + ("\n\n" + report_sort(stored) if "sort" in stored else ""))
         return 0
+    read_result(args.result, Path(__file__).name, args.overwrite)   # before any work: a wrong --result costs nothing
     if args.task == "sort":
         check_configs(parser, "--shape", lambda: sort_configs(args.shape))
         result_path = Path(args.result)
-        result = json.loads(result_path.read_text()) if result_path.exists() else {}
+        result = read_result(result_path, Path(__file__).name, args.overwrite)
         command = "python benchmarks/layouts_bench.py" + "".join(" " + a for a in (argv or sys.argv[1:]))
         result["sort"] = {"command": command, "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
                           "torch": torch.__version__, **sort_run(args.seeds, args.sort_steps, args.shape)}
@@ -344,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
               **{k: getattr(args, k) for k in kept},
               "arms": {}}
     result_path = Path(args.result)
-    old = json.loads(result_path.read_text()) if result_path.exists() else {}
+    old = read_result(result_path, Path(__file__).name, args.overwrite)
     if {k: old.get(k) for k in kept} == {k: result[k] for k in kept}:
         result["arms"] = old.get("arms", {})                      # keep what another invocation measured
         result["registered"] = old.get("registered")

@@ -48,7 +48,8 @@ import torch
 
 from analysis import MOE_ARMS as ARMS, held_out, moe_arm_config as arm_config, routing
 from common import (ROOT, best_eval, check_configs, commit, decide, hardware, model_shape, positive_float,
-                    positive_int, register, save_or_return, seed_int, train_or_reuse, user_errors)
+                    positive_int, read_result, register, result_options, save_or_return, seed_int, train_or_reuse,
+                    user_errors)
 
 from minwiola import data
 from minwiola.budget import active_params, count_params
@@ -191,13 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", type=model_shape, default=None, help='shrink every arm, e.g. {"d": 16}')
     parser.add_argument("--inside-tokens", type=positive_int, default=32768, help="held-out tokens for the look inside")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "moe"))
-    parser.add_argument("--result", default=str(ROOT / "results" / "moe_bench.json"))
+    result_options(parser, "moe_bench", report=False)
     parser.add_argument("--evaluate-only", action="store_true", help="gather the finished runs; train nothing")
     args = parser.parse_args(argv)
     check_configs(parser, "--shape/--block-size",
                   lambda: [counts(name, args.block_size, args.shape) for name in args.arms])
     result_path = Path(args.result)
-    old = json.loads(result_path.read_text()) if result_path.exists() else {}
+    old = read_result(result_path, Path(__file__).name, args.overwrite)
     result = {"command": "python benchmarks/moe_bench.py" + "".join(" " + a for a in (argv or sys.argv[1:])),
               "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "data": data.describe_source(), "steps": args.steps,

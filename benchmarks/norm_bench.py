@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 from analysis import NORM_ARMS, NORM_MEASURES, NORM_SEEDS, NORM_SIZE, norm_per_seed, norm_train
-from common import ROOT, commit, decide, hardware, positive_int, register, seed_int, user_errors
+from common import (commit, decide, hardware, positive_int, read_result, register, result_options, seed_int,
+                    user_errors)
 
 from minwiola import data
 
@@ -46,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=positive_int, default=NORM_SIZE["full"][0])
     parser.add_argument("--batch-size", type=positive_int, default=NORM_SIZE["full"][1])
     parser.add_argument("--seeds", type=seed_int, nargs="+", default=list(NORM_SEEDS))
-    parser.add_argument("--result", default=str(ROOT / "results" / "norm_bench.json"))
+    result_options(parser, "norm_bench", report=False)
     args = parser.parse_args(argv)
+    read_result(args.result, Path(__file__).name, args.overwrite)   # before any work: a wrong --result costs nothing
     result = {"command": "python benchmarks/norm_bench.py" + "".join(" " + a for a in (argv or sys.argv[1:])),
               "commit": commit(), "hardware": hardware(), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "data": data.describe_source(), "steps": args.steps,

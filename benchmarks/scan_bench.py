@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from common import commit, hardware, positive_int, result_options, user_errors, write_result
+from common import commit, hardware, positive_int, read_result, result_options, user_errors, write_result
 from minwiola import ssm
 
 
@@ -100,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     result_options(parser, "scan_bench")
     args = parser.parse_args(argv)
     if args.report:
-        print(table(json.loads(Path(args.result).read_text())))
+        print(table(read_result(args.result)))
         return 0
+    read_result(args.result, Path(__file__).name, args.overwrite)   # before any work: a wrong --result costs nothing
     torch.manual_seed(0)
     layer = ssm.SSM(args.d, args.state, "selective")
 
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
               "layer": {"kind": "selective", "d": args.d, "N": args.state, "batch": args.batch, "dtype": "float32"},
               "what": "one forward and backward of the layer's scan (mix), median of the repeats, programs "
                       "alternating", "lengths": rows}
-    write_result(result, Path(args.result))
+    write_result(result, Path(args.result), overwrite=args.overwrite)
     return 0
 
 

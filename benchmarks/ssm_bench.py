@@ -66,7 +66,7 @@ import torch
 from analysis import (MIXERS, SSM_ARMS as ARMS, SSM_REFERENCE as REFERENCE, probe, probe_windows,
                       ssm_arm_config as arm_config, ssm_fresh_seeds as fresh_seeds, ssm_plot as plot)
 from common import (ROOT, best_eval, best_of, check_configs, commit, decide, hardware, model_shape, positive_float,
-                    positive_int, register, result_options, seed_int, step_times, train_or_reuse, user_errors,
+                    positive_int, read_result, register, result_options, seed_int, step_times, train_or_reuse, user_errors,
                     write_result)
 
 from minwiola import data
@@ -245,11 +245,12 @@ def resummarise(result: dict) -> None:
     result["verdicts"] = decide(result)
 
 
-def write(result: dict, path: Path) -> None:
-    """Merge into what is on disk (another process may have written its arms or costs), then replace atomically.
-    A run that trained no arm (costs only) keeps the command, commit and probe counts of the runs that did."""
+def write(result: dict, path: Path, overwrite: bool) -> None:
+    """Merge into what is on disk (another process may have written its arms or costs), then replace atomically (a
+    file that is not this script's result only with --overwrite). A run that trained no arm (costs only) keeps the
+    command, commit and probe counts of the runs that did."""
     if path.exists():
-        disk = json.loads(path.read_text())
+        disk = read_result(path, Path(__file__).name, overwrite)
         if disk.get("steps") == result["steps"] and disk.get("block_size") == result["block_size"]:
             if not result["arms"]:
                 result.update({k: disk[k] for k in ("command", "commit", "probe_positions") if k in disk})
@@ -265,7 +266,7 @@ def write(result: dict, path: Path) -> None:
             if result["costs"] is None:
                 result.pop("costs")
     resummarise(result)
-    write_result(result, path, plot)
+    write_result(result, path, plot, overwrite)
 
 
 def report(result: dict) -> str:
@@ -345,10 +346,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = Path(args.result)
     if args.report:
-        print(report(json.loads(path.read_text())))
+        print(report(read_result(path)))
         return 0
+    read_result(args.result, Path(__file__).name, args.overwrite)   # before any work: a wrong --result costs nothing
     if args.summarise_only:
-        result = json.loads(path.read_text())
+        result = read_result(path)
         resummarise(result)
         write_result(result, path, plot)
         return 0
@@ -376,12 +378,12 @@ def main(argv: list[str] | None = None) -> int:
                                      "all": int(windows["valid"].sum())}
     if "costs" in args.parts and not args.evaluate_only:
         result["costs"] = {"command": result["command"], "commit": result["commit"], **costs(args)}
-        write(result, path)
+        write(result, path, args.overwrite)
     if "train" in args.parts:
         comparison(result, args, windows, path)
     if "long" in args.parts:
         longer(result, args, windows, path)
-    write(result, path)
+    write(result, path, args.overwrite)
     return 0
 
 
@@ -397,7 +399,7 @@ def longer(result: dict, args, windows: dict, path: Path) -> None:
                                         | {"sweep": {}, "seeds": {}})
         arm.setdefault("long", {})[str(args.long_steps)] = {"lr": lr, "seed": 0, **gather_run(
             train(name, lr, 0, args, args.long_steps), windows)}
-        write(result, path)
+        write(result, path, args.overwrite)
         print(f"{name}: {args.long_steps} steps at lr {lr:g}: {arm['long'][str(args.long_steps)]['bits_per_byte']:.4f} "
               f"bits/byte", flush=True)
 
@@ -406,7 +408,7 @@ def comparison(result: dict, args, windows: dict, path: Path) -> None:
     """The sweep and the seeds of every arm asked for (trained, resumed or reused), gathered and probed; their
     comparisons registered first."""
     register(result, registration(args.arms, args.seeds))
-    write(result, path)
+    write(result, path, args.overwrite)
     for name in args.arms:
         base, overrides = arm_config(name, args.block_size, args.shape)
         arm = result["arms"].setdefault(name, {"preset": base, "overrides": overrides, "rate_from": ARMS[name]["rate_from"],
@@ -420,7 +422,7 @@ def comparison(result: dict, args, windows: dict, path: Path) -> None:
                 if args.evaluate_only and not finished(name, lr, 0, args):
                     continue
                 arm["sweep"][f"{lr:g}"] = gather_run(train(name, lr, 0, args), None)
-                write(result, path)
+                write(result, path, args.overwrite)
             lr = best_rate(arm["sweep"])
         else:
             source = json.loads(path.read_text())["arms"].get(ARMS[name]["rate_from"], {}) if path.exists() else {}
@@ -435,7 +437,7 @@ def comparison(result: dict, args, windows: dict, path: Path) -> None:
             if args.evaluate_only and not finished(name, lr, seed, args):
                 continue
             arm["seeds"][str(seed)] = gather_run(train(name, lr, seed, args), windows)
-            write(result, path)
+            write(result, path, args.overwrite)
             s = arm["seeds"][str(seed)]
             print(f"{name} lr {lr:g} seed {seed}: {s['bits_per_byte']:.4f} bits/byte"
                   + (f", probe loss {s['probe']['recall']['loss']:.3f} (all {s['probe']['all']['loss']:.3f})"

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from common import (ROOT, best_eval, commit, hardware, known_preset, non_negative_float, positive_float, positive_int,
-                    proportion, result_options, seed_int, train_or_reuse, user_errors)
+                    proportion, read_result, result_options, seed_int, train_or_reuse, user_errors)
 
 from minwiola import data
 from minwiola.budget import count_params
@@ -73,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     result_options(parser, "train_runs")
     args = parser.parse_args(argv)
     if args.report:
-        print(table(json.loads(Path(args.result).read_text())))
+        print(table(read_result(args.result)))
         return 0
+    read_result(args.result, Path(__file__).name, args.overwrite)   # before any work: a wrong --result costs nothing
     changes = parse_overrides(parser, args.set)
     # the code that trains is the code at launch: record that commit, not the one at the end
     launched_at = commit()

@@ -21,7 +21,6 @@ its ratio of model FLOPs per token (`budget.training_flops`, at the merge ratio 
 1 is a part costing more than its arithmetic. Writes results/wiola_step_bench.json; `--change` adds a history row.
 """
 import argparse
-import json
 import os
 import shlex
 import statistics
@@ -30,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from common import (commit, hardware, positive_int, result_options, step_times, target_merge_ratio, user_errors,
-                    with_history, write_result)
+from common import (commit, hardware, positive_int, read_result, result_options, step_times, target_merge_ratio,
+                    user_errors, with_history, write_result)
 from experiments import FIVE, PARTS
 from minwiola import atm
 from minwiola.budget import count_params, training_flops
@@ -96,9 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = Path(args.result)
     if args.report:
-        result = json.loads(path.read_text())
+        result = read_result(path)
         print(arms_table(result) + "\n\n" + history_table(result))
         return 0
+    old = read_result(path, Path(__file__).name, args.overwrite)   # before the run: a wrong file costs nothing
     if args.block + 1 > preset(BASE).context:
         raise ValueError(f"--block {args.block}: windows must fit the context of {preset(BASE).context}")
     torch.manual_seed(0)
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
               "turns; the arms alternating in one process", "arms": rows}
     row = {"change": args.change, "commit": result["commit"], "wiola_ratio": rows[WIOLA]["time_ratio"],
            "wiola_yocto_ratio": rows["wiola-yocto"]["time_ratio"]}
-    write_result(with_history(result, path, row if args.change else None), path)
+    write_result(with_history(result, old, row if args.change else None), path, overwrite=args.overwrite)
     return 0
 
 

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 
-from . import sha256_file
 from .corpus import builtin_stories
 from .tokenizer import EOT, default_tokenizer
 from .tools import token_cache
@@ -103,17 +102,17 @@ def expected_sha256(path: Path) -> str | None:
     return recorded_sha256(path)
 
 
-def verify(path: Path) -> None:
-    """Raise DataFileError if `path` is missing or its sha256 differs from the expected one."""
+def verify(path: Path) -> str:
+    """`path`'s sha256 as it is on disk; DataFileError if the file is missing or its sha256 differs from the expected
+    one. The checksum is remembered while the file is untouched (tools/token_cache.py): a 1.9 GB file is read once."""
     path = Path(path)
     if not path.is_file():
         raise DataFileError(f"data file not found: {path}")
-    want = expected_sha256(path)
-    if want is not None:
-        got = sha256_file(path)
-        if got != want:
-            raise DataFileError(f"{path.name} is corrupt: sha256 {got[:16]}... but expected {want[:16]}... "
-                                f"(delete it and fetch it again with: {DOWNLOAD_HINT})")
+    want, got = expected_sha256(path), token_cache.remembered_sha256(path)
+    if want is not None and got != want:
+        raise DataFileError(f"{path.name} is corrupt: sha256 {got[:16]}... but expected {want[:16]}... "
+                            f"(delete it and fetch it again with: {DOWNLOAD_HINT})")
+    return got
 
 
 def split_stories(text: str) -> list[str]:
@@ -225,14 +224,13 @@ def describe_source() -> str:
 
 
 def source_record() -> dict:
-    """What `load_stories` reads: the source's name and every file with its size and sha256 (the one the file is
-    verified against, else computed), so a run can tell later whether its data changed."""
+    """What `load_stories` reads: the source's name and every file with its size and sha256 (as it is on disk, after
+    `verify`), so a run can tell later whether its data changed."""
     folder = find_data_dir()
     files = []
     for split in SPLITS if folder is not None else ():
         for path in split_files(split, folder):
-            files.append({"split": split, "name": path.name, "bytes": path.stat().st_size,
-                          "sha256": expected_sha256(path) or sha256_file(path)})
+            files.append({"split": split, "name": path.name, "bytes": path.stat().st_size, "sha256": verify(path)})
     return {"source": describe_source(), "files": files}
 
 
@@ -252,29 +250,32 @@ def _open_binary(path: Path):
 
 def _text_blocks(paths: list[Path], on_read=None):
     """Each file's text as blocks of about CHUNK_BYTES, each cut right after a `<|endoftext|>` (so no story and
-    no UTF-8 character is ever split; a block never spans two files). `on_read(n)` hears the raw bytes read."""
+    no UTF-8 character is ever split; a block never spans two files). `on_read(n)` hears the raw bytes read.
+    A story of more than 16 blocks is refused: text without separators would otherwise be held whole."""
     for path in paths:
         verify(path)
         stream, raw = _open_binary(path)
         with raw, stream:
-            rest, seen = b"", 0
+            rest, seen = bytearray(), 0                   # grows in place: no copy of all of it per block
             try:
                 while block := stream.read(CHUNK_BYTES):
                     if on_read is not None:
                         on_read(raw.tell() - seen)
                         seen = raw.tell()
-                    block = rest + block
-                    cut = block.rfind(EOT_BYTES)
-                    if cut < 0:                               # no separator yet: one long story, keep reading
-                        rest = block
-                        continue
-                    cut += len(EOT_BYTES)
-                    yield path.name, block[:cut]
-                    rest = block[cut:]
+                    start = max(0, len(rest) - len(EOT_BYTES) + 1)   # a new separator ends in the new block
+                    rest += block
+                    cut = rest.rfind(EOT_BYTES, start)
+                    if cut < 0 and len(rest) > 16 * CHUNK_BYTES:
+                        raise DataFileError(f"{path.name} has over {16 * CHUNK_BYTES / 2**20:g} MB of text without "
+                                            f"an {EOT}: stories must be separated by {EOT}")
+                    if cut >= 0:                          # else no separator yet: one long story, keep reading
+                        cut += len(EOT_BYTES)
+                        yield path.name, bytes(rest[:cut])
+                        del rest[:cut]
             except (OSError, EOFError, zlib.error) as e:  # zlib.error (damaged deflate data) is no OSError
                 raise DataFileError(f"cannot read {path.name}: {e}") from None
             if rest.strip():
-                yield path.name, rest
+                yield path.name, bytes(rest)
 
 
 def _decode(name: str, block: bytes) -> str:
@@ -285,13 +286,12 @@ def _decode(name: str, block: bytes) -> str:
 
 
 def _source_key(split: str, source: str) -> str:
-    """What the cache's name stands for: each file's name, size and sha256 (the recorded one when the downloader
-    left it, else computed). Not the modification time: a copied or re-downloaded file is still the same text."""
+    """What the cache's name stands for: each file's name, size and sha256 as it is on disk (`verify`: a damaged file
+    is refused, an edited one is new text). Not the modification time: a copied file is still the same text."""
     folder = find_data_dir() if source != "builtin" else None
     if folder is None:
         return f"builtin-{split}"
-    return "|".join(f"{p.name}:{p.stat().st_size}:{expected_sha256(p) or sha256_file(p)}"
-                    for p in split_files(split, folder))
+    return "|".join(f"{p.name}:{p.stat().st_size}:{verify(p)}" for p in split_files(split, folder))
 
 
 def cache_path(split: str, tokenizer, source: str = "auto") -> Path:

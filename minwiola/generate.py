@@ -24,7 +24,6 @@ definitions written down; `STORY_MODEL` is the small trained model that ships wi
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import sys
@@ -35,6 +34,7 @@ import torch
 from . import diffusion
 from .budget import count_params
 from .model import LanguageModel, ModelConfig, evaluating
+from .tools import load_json
 from .tools.runs import SUMS, build_model, verify_folder
 from .tokenizer import Tokenizer, default_tokenizer
 
@@ -242,7 +242,7 @@ def saved_config(folder: Path) -> ModelConfig | None:
     """The model config in folder/config.json, to size the model before it is built; None if the file does not
     hold one (`LanguageModel.from_pretrained` then says what is wrong with it)."""
     try:
-        return ModelConfig(**json.loads((folder / "config.json").read_text()))
+        return ModelConfig(**load_json(folder / "config.json"))
     except (OSError, ValueError, TypeError):          # missing, not JSON, not a dict, unknown or bad fields
         return None
 
@@ -250,7 +250,7 @@ def saved_config(folder: Path) -> ModelConfig | None:
 def load_model(folder: str | Path) -> tuple[LanguageModel, "Tokenizer"]:
     """A trained model and its tokenizer from a run folder (its best/ weights, else checkpoint/) or a folder
     written by `save_pretrained`. A run folder's files are checked against their SHA256SUMS first. The tokenizer
-    is the one saved with the model (`tokenizer.bpe`), else the shipped one."""
+    is the one saved with the model (`tokenizer.bpe`), else the shipped one; refused if its size does not fit."""
     folder = Path(folder)
     for inner in ("best", "checkpoint"):
         if (folder / inner / "model.safetensors").is_file():
@@ -262,7 +262,11 @@ def load_model(folder: str | Path) -> tuple[LanguageModel, "Tokenizer"]:
     model = build_model(lambda: LanguageModel.from_pretrained(folder), config and count_params(config),
                         f"from {folder / 'config.json'}")
     saved = folder / "tokenizer.bpe"
-    return model, Tokenizer.load(saved) if saved.is_file() else default_tokenizer()
+    tokenizer = Tokenizer.load(saved) if saved.is_file() else default_tokenizer()
+    if not 0 <= model.config.vocab_size - tokenizer.vocab_size < 128:   # padding (to a multiple of 64), [MASK]
+        raise ValueError(f"the tokenizer ({tokenizer.vocab_size} ids) does not fit the model in {folder} (vocab_size="
+                         f"{model.config.vocab_size}): its tokenizer.bpe must be the one the model learnt")
+    return model, tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,6 +38,7 @@ from .moe import MoE, moe_layers, moe_stats
 from .norm import NORMS, LayerNorm, RMSNorm, WiolaRMSNorm
 from .positions import POSITIONS, ROPE_SCALINGS, check_srpe, sinusoidal
 from .ssm import KINDS as SSM_KINDS, SSM
+from .tools import load_json
 
 
 @functools.cache
@@ -690,10 +691,7 @@ class LanguageModel(nn.Module):
         for name in ("config.json", "model.safetensors"):
             if not (directory / name).is_file():
                 raise FileNotFoundError(f"{directory / name} not found: is {directory} a save_pretrained folder?")
-        try:
-            fields = json.loads((directory / "config.json").read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{directory / 'config.json'} is not valid JSON ({e})") from None
+        fields = load_json(directory / "config.json")       # a ValueError naming the file if it holds no JSON
         if not isinstance(fields, dict):
             raise ValueError(f"{directory / 'config.json'} holds a {type(fields).__name__}, not a model config")
         known = {f.name for f in dataclasses.fields(ModelConfig)}

@@ -307,7 +307,8 @@ class Trainer:
         self.precision = launch.resolve_precision(cfg.precision, self.device)
         launch.check_world(cfg.batch_size, cfg.objective, self.world)
         state = runs.check_options(self.out, resume, overwrite) if self.main else None   # read-only
-        self.procs.start()
+        self.record = run_record(cfg, model_cfg, self.tokenizer)   # what config.json holds: --resume checks it
+        self.procs.start(self.record)                     # under torchrun: every process must hold the same record
         torch.manual_seed(cfg.seed)                       # the same initial weights in every process
         self.ctrl_c = launch.CtrlC()                      # Ctrl-C: stop at the next step boundary
         self.model = runs.build_model(lambda: LanguageModel(model_cfg).to(self.device),
@@ -324,7 +325,6 @@ class Trainer:
         self.objective = OBJECTIVES[cfg.objective]        # its training loss and its evaluation
         self.logs_aux = any(hasattr(layer, "added_loss") for layer in self.model.modules())   # MoE: log "aux_loss"
         self.step_stats: list[dict] = []                  # each step's layer statistics since the last evaluation
-        self.record = run_record(cfg, model_cfg, self.tokenizer)   # what config.json holds: --resume checks it
         if resume and self.main:
             runs.check_same_run(self.out, self.record, added_later())
         if len(self.valid_tokens) < 2:

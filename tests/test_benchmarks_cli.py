@@ -117,3 +117,59 @@ def test_train_runs_changes_the_model_with_set_and_names_the_runs_after_it(sandb
     assert (stored["model"]["d"], stored["model"]["n_layers"], stored["model"]["d_ff"]) == (16, 1, 24)
     assert stored["train"]["overrides"] == {"dropout": 0.1, "d": 16, "n_layers": 1, "d_ff": 24}
     assert list(json.loads((tmp_path / "r.json").read_text())["presets"]) == [name]
+
+
+# ------------------------------------------------------------------------------------------ the --result file
+RESULT_SCRIPTS = ["ablation", "compile_bench", "convergence", "convergence_cs336", "cs336_step_probe", "diffusion_bench",
+                  "extrapolation", "generation_bench", "layouts_bench", "moe_bench", "norm_bench", "scan_bench",
+                  "ssm_bench", "train_runs", "wiola_step_bench"]
+OTHERS_RESULT = '{"command": "python benchmarks/convergence_elsewhere.py --seeds 0 1", "arms": {"hours": "of work"}}'
+
+
+@pytest.mark.parametrize("name", RESULT_SCRIPTS)
+def test_a_result_file_of_another_benchmark_is_not_replaced(sandbox, tmp_path, capsys, name):
+    """b04: a mistyped (or reused) --result that holds another benchmark's result, or no result at all, is refused in
+    one line naming it, before any work; --overwrite is how to replace it (common.read_result, up front)."""
+    for held in (OTHERS_RESULT, '{"arms": {}}'):
+        other = tmp_path / "other.json"
+        other.write_text(held)
+        line = one_error_line(capsys, script(name).main, ["--result", str(other)])
+        assert str(other) in line and "--overwrite" in line, line
+        assert other.read_text() == held
+
+
+DAMAGED = {"a list": "[1, 2]", "history not a list": '{"command": "python benchmarks/generation_bench.py", '
+           '"history": 5}', "truncated": '{"command": "python benchmarks/generation_bench.py", "hist',
+           "nested too deep": "[" * 100_000 + "]" * 100_000, "not UTF-8": b"\xff{}"}
+
+
+@pytest.mark.parametrize("damage", DAMAGED)
+@pytest.mark.parametrize("report", [False, True])
+def test_a_damaged_result_file_is_one_error_line_naming_it_before_the_run(sandbox, tmp_path, capsys, monkeypatch,
+                                                                         damage, report):
+    """b03: a damaged --result (read for its history, or by --report) is one line naming the file, said before the
+    benchmark runs, not a traceback (or a line naming no file) after it."""
+    monkeypatch.setattr(script("generation_bench"), "LanguageModel", lambda cfg: pytest.fail("the benchmark ran"))
+    result = tmp_path / "generation.json"
+    getattr(result, "write_bytes" if isinstance(DAMAGED[damage], bytes) else "write_text")(DAMAGED[damage])
+    argv = ["--preset", "tiny-yocto", "--new-tokens", "8", "--repeat", "1", "--result", str(result)]
+    line = one_error_line(capsys, script("generation_bench").main, argv + (["--report"] if report else []))
+    assert line.startswith(f"error: {result} is not"), line
+
+
+def test_overwrite_replaces_another_benchmarks_result_and_write_result_checks_too(sandbox, tmp_path):
+    common, other = script("common"), tmp_path / "other.json"
+    other.write_text(OTHERS_RESULT)
+    mine = {"command": "python benchmarks/generation_bench.py", "history": []}
+    with pytest.raises(ValueError, match=f"{other} holds a result of convergence_elsewhere.py, not of "
+                                         "generation_bench.py; pass --overwrite"):
+        common.write_result(mine, other)
+    assert other.read_text() == OTHERS_RESULT
+    common.write_result(mine, other, overwrite=True)
+    assert common.read_result(other, "generation_bench.py") == mine
+    assert script("generation_bench").main(["--preset", "tiny-yocto", "--new-tokens", "4", "--repeat", "1",
+                                            "--result", str(tmp_path / "r.json")]) == 0
+    other.write_text(OTHERS_RESULT)
+    assert script("generation_bench").main(["--preset", "tiny-yocto", "--new-tokens", "4", "--repeat", "1",
+                                            "--result", str(other), "--overwrite"]) == 0
+    assert common.script_of(common.read_result(other)) == "generation_bench.py"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from minwiola import corpus, data
+from minwiola import corpus, data, sha256_file
 from minwiola.tools import data_cli, token_cache
 from minwiola.tokenizer import default_tokenizer
 
@@ -296,8 +296,91 @@ def test_a_copied_or_touched_file_keeps_its_cache(env, monkeypatch):
     import os
     os.utime(path, (1, 1))                                           # a copy without -p, a re-download: new times
     assert data.cache_path("valid", tok) == first
-    (folder / "valid.txt.sha256").write_text(f"{data.sha256_file(path)}  valid.txt\n")   # as the downloader leaves it
+    (folder / "valid.txt.sha256").write_text(f"{sha256_file(path)}  valid.txt\n")   # as the downloader leaves it
     assert data.cache_path("valid", tok) == first                    # the recorded checksum is the same text
+
+
+def test_a_file_damaged_after_its_cache_was_built_is_refused(env, monkeypatch):
+    """d03: a file with a known checksum, one bit flipped after its tokens were cached (the same size): refused in
+    one line, as a cold cache refuses it, and the run's data record does not vouch for it with the pinned checksum."""
+    folder = env / "d"
+    path = write_split(folder, "valid.txt", ["Once upon a time.", "The end."])
+    write_split(folder, "train.txt", ["A training story."])
+    monkeypatch.setitem(data.KNOWN_SHA256, "valid.txt", sha256_file(path))
+    monkeypatch.setenv("MINWIOLA_DATA", str(folder))
+    tok = default_tokenizer()
+    assert data.tokens("valid", tok).tolist() == story_by_story(["Once upon a time.", "The end."], tok)
+    body = bytearray(path.read_bytes())
+    body[5] ^= 1                                                     # "Once" -> "Onbe"
+    path.write_bytes(bytes(body))
+    for read in (lambda: data.tokens("valid", tok), data.source_record, lambda: data.load_stories("valid")):
+        with pytest.raises(data.DataFileError, match=r"^valid\.txt is corrupt: sha256 \w+\.\.\. but expected"):
+            read()
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_same_size_edit_after_the_cache_was_built_is_seen(env, monkeypatch, recorded):
+    """c06: every "Once" of a tokenised file replaced by "Twic". With the checksum the downloader recorded beside it,
+    the file is no longer the one fetched: refused. With none, it is new text: tokenised again, and recorded as it
+    is."""
+    folder = env / "d"
+    path = write_split(folder, "valid.txt", ["Once upon a time.", "Once more."])
+    write_split(folder, "train.txt", ["A training story."])
+    if recorded:
+        (folder / "valid.txt.sha256").write_text(f"{sha256_file(path)}  valid.txt\n")
+    monkeypatch.setenv("MINWIOLA_DATA", str(folder))
+    tok = default_tokenizer()
+    data.tokens("valid", tok)
+    path.write_text(path.read_text().replace("Once", "Twic"))
+    if recorded:
+        for read in (lambda: data.tokens("valid", tok), data.source_record):
+            with pytest.raises(data.DataFileError, match=r"^valid\.txt is corrupt: sha256 "):
+                read()
+    else:
+        assert data.tokens("valid", tok).tolist() == story_by_story(["Twic upon a time.", "Twic more."], tok)
+        assert data.source_record()["files"][1] == {"split": "valid", "name": "valid.txt", "bytes": path.stat().st_size,
+                                                    "sha256": sha256_file(path)}
+
+
+def test_an_untouched_file_is_hashed_once(env, monkeypatch):
+    """A warm cache costs no reading of the data: a file's checksum is remembered by its size, times and inode
+    (token_cache.remembered_sha256); a touched file is hashed again, and keeps its cache when its text is the same."""
+    import os
+    monkeypatch.setattr(token_cache, "SETTLED_NS", 0)               # as old as a downloaded file: remembered
+    hashed, real = [], token_cache.sha256_file
+    monkeypatch.setattr(token_cache, "sha256_file", lambda p: hashed.append(p) or real(p))
+    folder = env / "d"
+    path = write_split(folder, "valid.txt", ["Once upon a time.", "The end."])
+    write_split(folder, "train.txt", ["A training story."])
+    (folder / "valid.txt.sha256").write_text(f"{sha256_file(path)}  valid.txt\n")
+    monkeypatch.setenv("MINWIOLA_DATA", str(folder))
+    tok = default_tokenizer()
+    first = data.cache_path("valid", tok)
+    ids = data.tokens("valid", tok).tolist()
+    assert data.tokens("valid", tok).tolist() == ids and data.load_stories("valid")
+    assert data.source_record()["files"][1]["sha256"] == sha256_file(path)
+    assert data.tokens("train", tok).tolist() and data.source_record()
+    assert sorted(p.name for p in hashed) == ["train.txt", "valid.txt"]   # each once, for all of these
+    os.utime(path, (1, 1))
+    assert data.cache_path("valid", tok) == first and sorted(p.name for p in hashed)[-2:] == ["valid.txt"] * 2
+
+
+def test_a_split_without_separators_is_refused_in_one_line(env, monkeypatch):
+    """c07: a file whose stories are not separated by <|endoftext|> would be held whole in memory as one story;
+    past 16 blocks without a separator it is refused. A long story with its separator is still read."""
+    monkeypatch.setattr(data, "CHUNK_BYTES", 1 << 16)              # 64 KiB blocks: the bound is 1 MiB
+    folder = env / "d"
+    folder.mkdir()
+    path = folder / "train.txt"
+    path.write_text("Once upon a time. " * 70_000)                 # 1.26 MB, no separator
+    monkeypatch.setenv("MINWIOLA_DATA", str(folder))
+    message = r"^train\.txt has over 1 MB of text without an <\|endoftext\|>: stories must be separated by <\|endoftext\|>$"
+    for read in (lambda: data.tokens("train"), lambda: data.load_stories("train")):
+        with pytest.raises(data.DataFileError, match=message):
+            read()
+    long = "Once upon a time. " * 50_000                             # 0.9 MB: under the bound
+    write_split(folder, "train.txt", [long.strip(), "The end."])
+    assert data.load_stories("train") == [long.strip(), "The end."]
 
 
 def test_a_killed_tokenize_command_resumes(env, tmp_path):

@@ -35,7 +35,8 @@ TOLERANCE = 1e-6
 # environment variables: ROWS (a folder: each rank writes the windows it trained on, step by step), KILL
 # ("rank:step": that rank kills itself with SIGKILL in the middle of writing that step's checkpoint), FAIL
 # ("rank:step": that rank runs out of memory in that step) and CTRL_C ("rank:step": at that step that rank sends
-# SIGINT to torchrun, as Ctrl-C in its terminal would, and takes two seconds over the step).
+# SIGINT to torchrun, as Ctrl-C in its terminal would, and takes two seconds over the step), ARGS ("rank:options":
+# that rank alone gets these options too) and DATA ("rank:folder": that rank alone reads this MINWIOLA_DATA).
 LAUNCHED = '''
 import json, os, signal, sys, time
 import torch
@@ -82,6 +83,12 @@ def instrument():
                 time.sleep(2)
             return step(self)
         train.Trainer.train_step = train_step
+    who, _, extra = os.environ.get("ARGS", "").partition(":")
+    if who and int(who) == rank:
+        sys.argv += extra.split()
+    who, _, folder = os.environ.get("DATA", "").partition(":")
+    if who and int(who) == rank:
+        os.environ["MINWIOLA_DATA"] = folder
 
 
 if __name__ == "__main__":
@@ -209,6 +216,26 @@ def test_ctrl_c_stops_every_process_after_the_same_step_and_rank_0_saves_it(stor
     resumed = Trainer(tiny(), out, resume=True, progress=False, quiet=True)
     resumed.run()
     assert largest_difference(weights, out / "checkpoint") < TOLERANCE
+
+
+@pytest.mark.parametrize("differ, field", [("ARGS", "lr: 0.003 on rank 0, 0.01 on rank 1"),
+                                           ("DATA", "data.files differs between rank 0 and rank 1")])
+def test_processes_started_differently_all_refuse_in_one_line(stories, differ, field):
+    """p03: ranks launched with another --lr or another MINWIOLA_DATA (a multi-node launch, or a node with its own
+    environment) would train one model from different experiments: every rank refuses before training, naming the
+    first field that differs. (Started alike, they train: the tests above.)"""
+    other = stories / "other-stories"
+    if not other.is_dir():
+        write_small_stories(other)
+        (other / "train.txt").write_text((other / "train.txt").read_text().replace("Once", "Twic"))
+    out = stories / f"differ-{differ}"
+    status, err, _ = launch(stories, out, **{differ: "1:--lr 0.01" if differ == "ARGS" else f"1:{other}"})
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert status != 0 and len(errors) == 2, err
+    for rank in (0, 1):
+        assert any(line.startswith(f"error: rank {rank}: the processes were not started alike: {field}")
+                   for line in errors), err
+    assert "Traceback" not in err.split(errors[0])[0] and not (out / "config.json").exists()
 
 
 @pytest.mark.parametrize("mistake, message", [

@@ -191,3 +191,17 @@ def test_a_submission_linked_to_another_students_is_graded_under_its_own_name_an
     assert flags["bob"].startswith(f"a symbolic link to {Path('..') / 'alice' / '01_tiny.ipynb'}; ")
     assert f"the same file as the submission {alice}" in flags["bob"]
     assert flags["alice"] == f"the same file as the submission {bob}"      # she may have shared it: a look too
+
+
+def test_a_kernel_reads_the_real_token_cache_and_the_checksums_it_remembers(tmp_path, monkeypatch):
+    """The kernel's own cache folder links the real cache's arrays and its remembered data checksums
+    (token_cache.CHECKSUMS), so a lesson that reads the data does not hash the whole split again in every kernel."""
+    real = tmp_path / "cache"
+    real.mkdir()
+    for name in ("valid-0123.npy", "sha256.json", "tokenising.lock", "train-4567.npy.partial"):
+        (real / name).write_text(name)
+    monkeypatch.setenv("MINWIOLA_CACHE", str(real))
+    (tmp_path / "work").mkdir()
+    env = grade._kernel_env(tmp_path / "work")
+    linked = {p.name: p.resolve() for p in Path(env["MINWIOLA_CACHE"]).iterdir()}
+    assert linked == {"valid-0123.npy": real / "valid-0123.npy", "sha256.json": real / "sha256.json"}

@@ -437,6 +437,7 @@ def outside_the_alphabet(data):                      # the last token renamed, a
 @pytest.mark.parametrize("file, damage, words", [
     ("config.json", "[1, 2]", "config.json holds a list, not a model config"),
     ("config.json", "{not json", "config.json is not valid JSON"),
+    ("config.json", "[" * 100_000 + "]" * 100_000, "config.json is not valid JSON (nested too deep)"),
     ("tokenizer.json", unknown_merge, "tokenizer.json is not a tokenizer minwiola.hf can convert (Token `qq` out of"),
     ("tokenizer.json", outside_the_alphabet, "tokenizer.json is not a tokenizer minwiola.hf can convert (the "
                                              "vocabulary entry '\u4e2d' (id 4094) has characters outside"),

@@ -137,7 +137,7 @@ def test_the_sort_task_is_stored_beside_the_span_corruption_runs_and_needs_the_s
     cfgs = b.sort_configs()
     assert abs(count_params(cfgs["decoder"]) - encdec_params(cfgs["encdec"])) < 0.01 * encdec_params(cfgs["encdec"])
     result = tmp_path / "layouts.json"
-    result.write_text(json.dumps({"arms": {"kept": 1}}))
+    result.write_text(json.dumps({"command": "python benchmarks/layouts_bench.py", "arms": {"kept": 1}}))
     assert b.main(["--task", "sort", "--sort-steps", "150", "--seeds", "0", "--result", str(result)]) == 0
     r = json.loads(result.read_text())
     assert r["arms"] == {"kept": 1} and r["sort"]["steps"] == 150 and r["sort"]["seeds"] == [0]

@@ -15,7 +15,7 @@ import torch
 
 from minwiola import data, first_line, sha256_file, train
 from minwiola.classroom import grade
-from minwiola.tools import download, runs, train_cli
+from minwiola.tools import download, runs, token_cache, train_cli
 from minwiola.model import LanguageModel, preset
 from minwiola.train import Trainer
 from helpers import one_error_line, tiny
@@ -338,6 +338,45 @@ def test_from_pretrained_checks_what_it_reads(tmp_path):
             LanguageModel.from_pretrained(folder)
 
 
+DEEP_JSON = "[" * 100_000 + "]" * 100_000               # Python's json parser runs out of stack on it
+
+
+def test_a_model_folders_tokenizer_must_fit_its_model(tmp_path, capsys):
+    """n03: a folder whose tokenizer.bpe is not its model's (300 ids on a 4096-id model, no SHA256SUMS to catch the
+    swap) is one error line naming both sizes, not a story of garbage; a padded vocabulary (64 ids more, or
+    diffusion's [MASK]) still loads."""
+    from minwiola.generate import load_model, main as generate_main
+    from minwiola.tokenizer import default_tokenizer
+    folder = tmp_path / "model"
+    LanguageModel(preset("tiny-llama", vocab_size=4096)).save_pretrained(folder, default_tokenizer().truncated(300))
+    assert generate_main([str(folder), "--tokens", "3"]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "tokenizer (300 ids)" in line and "vocab_size=4096" in line and str(folder) in line
+    for vocab_size in (4096, 4097, 4160):
+        LanguageModel(preset("tiny-llama", vocab_size=vocab_size)).save_pretrained(folder, default_tokenizer())
+        assert load_model(folder)[1].vocab_size == 4096
+
+
+def test_json_nested_too_deep_is_one_error_naming_the_file(tmp_path, capsys):
+    """n04: a config.json nested 100,000 deep is a RecursionError in Python's parser, which is no ValueError:
+    `generate` on such a folder says so in one line naming the file (end to end, as a command), and so does
+    every reader of a user's JSON (`minwiola.tools.load_json`)."""
+    from minwiola.tools import load_json
+    folder = tmp_path / "model"
+    LanguageModel(preset("tiny-llama")).save_pretrained(folder)
+    (folder / "config.json").write_text(DEEP_JSON)
+    done = subprocess.run([sys.executable, "-m", "minwiola.generate", str(folder), "--tokens", "2"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    assert one_error_line(done.stderr) == f"error: {folder / 'config.json'} is not valid JSON (nested too deep)"
+    (folder / "metrics.jsonl").write_text(f'{{"step": 1}}\n{DEEP_JSON}\n{{"step": 2}}\n')
+    with pytest.raises(runs.RunFolderError, match="metrics.jsonl line 2 is not a metrics record"):
+        runs.read_metrics(folder)
+    (folder / "bytes.json").write_bytes(b"\xff{}")
+    with pytest.raises(ValueError, match="bytes.json is not valid JSON"):
+        load_json(folder / "bytes.json")
+
+
 # ----------------------------------------------------------------------------------------- budgets in time
 def test_a_minutes_budget_ends_the_run_by_the_clock_and_the_schedule_follows_it(small_data, tmp_path, monkeypatch):
     import itertools
@@ -396,11 +435,11 @@ def test_generate_refuses_a_damaged_run_folder(small_data, tmp_path, capsys):
     assert "model.safetensors is damaged" in one_error_line(capsys.readouterr().err)
 
 
-@pytest.mark.parametrize("state", ["[1, 2]", "not json", '{"train": {}}'])
+@pytest.mark.parametrize("state", ["[1, 2]", "not json", '{"train": {}}', "deep"])
 def test_a_broken_run_config_on_resume_is_one_error_line(small_data, tmp_path, capsys, state):
     out = tmp_path / "run"
     finished_run(out)
-    (out / "config.json").write_text(state)
+    (out / "config.json").write_text(DEEP_JSON if state == "deep" else state)
     assert train_cli.main(cli(out, "--resume")) == 1
     assert "config.json" in one_error_line(capsys.readouterr().err)
 
@@ -515,6 +554,41 @@ def test_the_main_job_reports_a_damaged_best_in_one_line(small_data, tmp_path, c
     assert "damaged" in one_error_line(capsys.readouterr().err)
 
 
+def test_the_main_job_keeps_a_users_file_inside_best_and_checkpoint(small_data, tmp_path, capsys, monkeypatch):
+    """m01: `python -m minwiola` replaces runs/main on every call. A file the user put inside best/ or checkpoint/
+    (folders the trainer replaces whole) stops it with one line naming the file, and nothing is deleted."""
+    from minwiola.__main__ import main
+    monkeypatch.setenv("MINWIOLA_QUICK", "1")
+    monkeypatch.chdir(tmp_path)
+    job, run = ["--batch-size", "2", "--block-size", "16", *TINY_SET], tmp_path / "runs" / "main"
+    assert main(job) == 0 and main(job) == 0                           # an ordinary rerun replaces the run
+    for inner, name in (("best", "my-notes.txt"), ("checkpoint", "exported-for-thesis.txt")):
+        mine = run / inner / name
+        mine.write_text("keep me")
+        before = sorted((p.relative_to(run), p.read_bytes()) for p in run.rglob("*") if p.is_file())
+        capsys.readouterr()
+        for again in (job, [*job, "--resume"]):                         # a resumed run replaces them as it saves
+            assert main(again) == 1
+            assert f"runs/main/{inner}/{name} was not written by the trainer" in one_error_line(capsys.readouterr().err)
+        assert sorted((p.relative_to(run), p.read_bytes()) for p in run.rglob("*") if p.is_file()) == before
+        mine.unlink()
+    assert main(job) == 0
+
+
+@pytest.mark.parametrize("inner", ["best", "best.tmp", "best.old"])
+def test_a_checkpoint_swap_keeps_a_users_file_in_the_folders_it_replaces(tmp_path, inner):
+    """m01, in the middle of a run: saving best/ replaces best/, best.tmp/ and best.old/ whole, so a user's file in
+    any of them stops the save (one error naming it) and stays."""
+    (tmp_path / inner).mkdir()
+    (tmp_path / inner / "plot.png").write_text("mine")
+    with pytest.raises(runs.RunFolderError, match=f"{inner}/plot.png was not written by the trainer"):
+        runs.save_atomically(tmp_path, "best", lambda folder: (folder / "eval.json").write_text("{}"))
+    assert (tmp_path / inner / "plot.png").read_text() == "mine"
+    (tmp_path / inner / "plot.png").unlink()
+    runs.save_atomically(tmp_path, "best", lambda folder: (folder / "eval.json").write_text("{}"))
+    assert sorted(p.name for p in (tmp_path / "best").iterdir()) == ["SHA256SUMS", "eval.json"]
+
+
 def test_a_seed_torch_cannot_take_is_one_error_line_naming_seed(small_data, tmp_path, capsys):
     from minwiola.generate import generate_ids
     from minwiola.generate import main as generate_main
@@ -581,4 +655,4 @@ def test_one_sha256_for_data_runs_and_the_grader(tmp_path):
     path = tmp_path / "f.bin"
     path.write_bytes(bytes(range(256)) * 5000)                       # more than one 1 MiB read
     assert sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert data.sha256_file is runs.sha256_file is grade.sha256_file is download.sha256_file is sha256_file
+    assert token_cache.sha256_file is runs.sha256_file is grade.sha256_file is download.sha256_file is sha256_file

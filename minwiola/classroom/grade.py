@@ -337,8 +337,20 @@ def tampering(nb: dict, lesson_nb: dict) -> list[str]:
             differ = next((f"{a!r} instead of {b!r}" for a, b in zip(g, w) if a != b),
                           f"{len(g)} statements instead of {len(w)}")
             flags.append(f"check cell {i} edited: {differ[:160]}")
-    flags += _library_edits(nb) + _hooks(nb)
+    flags += _library_edits(nb) + _hooks(nb) + _searches(nb, lesson_nb)
     return flags
+
+
+SEARCHES = re.compile(r"\.ipynb\b|\b(?:walk|rglob|scandir)\s*\(")
+
+
+def _searches(nb: dict, lesson_nb: dict) -> list[str]:
+    """A flag for code the lesson does not have that names notebooks or walks the file system: how a submission
+    looks for another student's work (the sandbox hides it; without the sandbox it is there to take)."""
+    lessons_own = {source(c) for c in lesson_nb["cells"] if c["cell_type"] == "code"}
+    found = sorted({m.group(0).rstrip("( ") for cell in nb["cells"] if cell["cell_type"] == "code"
+                    and source(cell) not in lessons_own for m in SEARCHES.finditer(source(cell))})
+    return [f"looks for files ({', '.join(found)}): it may be taking another student's notebook"] if found else []
 
 
 def _library_edits(nb: dict) -> list[str]:
@@ -531,9 +543,10 @@ def _bounded_kernel_client():
     return BoundedKernelClient
 
 
-def _kernel_manager(work: Path, hide: list[Path] | None):
+def _kernel_manager(work: Path, hide: list[Path] | None, walls: tuple[str, ...] = ()):
     """A Jupyter kernel manager whose kernel runs inside classroom/sandbox.py (when `hide` is a list: `work` writable,
-    `hide` empty, no network, so it talks to the grader over Unix sockets in `work`), or as a plain process."""
+    `hide` empty, no network, so it talks to the grader over Unix sockets in `work`; `walls`: more of the
+    launcher's options), or as a plain process."""
     from jupyter_client import AsyncKernelManager       # what nbclient itself would make
 
     class WalledKernel(AsyncKernelManager):
@@ -542,7 +555,7 @@ def _kernel_manager(work: Path, hide: list[Path] | None):
             if hide is None:
                 return command
             return [sys.executable, "-m", "minwiola.classroom.sandbox", "--scratch", str(work),
-                    *[arg for folder in hide for arg in ("--hide", str(folder))], "--", *command]
+                    *[arg for folder in hide for arg in ("--hide", str(folder))], *walls, "--", *command]
 
     km = WalledKernel(kernel_name="python3")
     km.client_factory = _bounded_kernel_client()
@@ -563,13 +576,13 @@ KERNEL_ENV = re.compile(r"PATH|PYTHONPATH|VIRTUAL_ENV|CONDA_PREFIX|SYSTEMROOT|LA
 
 def _kernel_env(work: Path) -> dict[str, str]:
     """The kernel's environment: the grader's KERNEL_ENV, quick mode unless set, and home, temporary files and
-    caches in the scratch folder (the sandbox leaves nothing else writable); the token cache is the real one's
-    files, linked in."""
+    caches in the scratch folder (the sandbox leaves nothing else writable); the token cache is the real one's files
+    (its arrays and the data files' remembered checksums), linked in."""
     folders = {name: work / name for name in ("home", "tmp", "cache")}
     for folder in folders.values():
         folder.mkdir(exist_ok=True)
     real = token_cache.cache_dir()
-    for npy in sorted(real.glob("*.npy")) if real.is_dir() else []:
+    for npy in sorted(real.glob("*.npy")) + sorted(real.glob(token_cache.CHECKSUMS)) if real.is_dir() else []:
         (folders["cache"] / npy.name).symlink_to(npy.resolve())
     home = folders["home"]
     kept = {name: value for name, value in os.environ.items() if KERNEL_ENV.fullmatch(name)}
@@ -577,6 +590,33 @@ def _kernel_env(work: Path) -> dict[str, str]:
             "TMPDIR": str(folders["tmp"]), "IPYTHONDIR": str(home / ".ipython"),
             "MPLCONFIGDIR": str(home / ".matplotlib"), "XDG_CACHE_HOME": str(home / ".cache"),
             "MINWIOLA_CACHE": str(folders["cache"])}
+
+
+# What one sandboxed kernel may use (in a cgroup where one can be made, else RLIMIT_NPROC where not root): tasks
+# (processes and threads: torch starts a few per core) and memory (half the machine's).
+KERNEL_LIMITS = {"pids": 1024, "memory": os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+                 if hasattr(os, "sysconf") else 0}
+
+
+def _kernel_reads() -> list[Path]:
+    """What the kernel reads outside the library, the lessons and Python: the token cache and the stories."""
+    return [token_cache.cache_dir(), *([Path(os.environ["MINWIOLA_DATA"])] if os.environ.get("MINWIOLA_DATA") else [])]
+
+
+def _walls(groups: list[Path]) -> tuple[str, ...]:
+    """The launcher's options beyond --scratch and --hide: the kernel's cgroups and process cap, and what it reads
+    that may lie in /tmp or /run (which the sandbox covers)."""
+    return ("--max-processes", str(KERNEL_LIMITS["pids"]), *[a for g in groups for a in ("--cgroup", str(g))],
+            *[a for path in _kernel_reads() if path.exists() for a in ("--keep", str(path.resolve()))])
+
+
+def others(submissions: list[Path], out: Path) -> list[Path]:
+    """What else the sandbox hides from each submission (each is graded from its copy in the scratch folder): every
+    submission and the grades files, and the folders that hold them unless the kernel needs something inside."""
+    needed = [LIBRARY, LESSONS, Path(sys.prefix), Path(sys.base_prefix), Path(tempfile.gettempdir()), *_kernel_reads()]
+    found = [p.resolve() for p in [*submissions, *outputs(out)] if p.exists()]
+    folders = {p.parent for p in found if not any(n.resolve().is_relative_to(p.parent) for n in needed)}
+    return sorted(set(found) | folders)
 
 
 def hidden_folders(lessons: Path) -> list[Path]:
@@ -592,13 +632,23 @@ def _sandbox_problem() -> str | None:
     return sandbox.check()
 
 
-def isolation(choice: str = "auto") -> str | None:
+@functools.lru_cache(maxsize=None)
+def _limit_problem() -> str | None:
+    return sandbox.limit_problem()
+
+
+def isolation(choice: str = "auto", unlimited: bool = False) -> str | None:
     """"sandbox" when submissions will run in minwiola.classroom.sandbox, else None; ClassroomError when "sandbox" was
-    asked for and this machine cannot do it. `choice` is auto, sandbox or none."""
+    asked for and this machine cannot do it, or cannot cap the processes a submission starts (unless `unlimited`).
+    `choice` is auto, sandbox or none."""
     if choice == "none":
         return None
     why = _sandbox_problem()
     if why is None:
+        if choice == "sandbox" and not unlimited and _limit_problem():
+            raise ClassroomError(f"--isolation sandbox: {_limit_problem()}: a fork bomb would take this machine; "
+                                 "grade as a user other than root, or give --allow-unlimited-processes where the "
+                                 "machine caps them itself (docker run --pids-limit)")
         return "sandbox"
     if choice == "sandbox":
         raise ClassroomError(f"--isolation sandbox: no sandbox on this machine ({why})")
@@ -606,8 +656,9 @@ def isolation(choice: str = "auto") -> str | None:
 
 
 ISOLATION_NOTE = {
-    "sandbox": "isolation: sandbox (files read-only but its scratch folder, solutions and git history hidden, no "
-               "network, every process it starts killed at the end; it still runs as you and can read your files)",
+    "sandbox": "isolation: sandbox (files read-only but its scratch folder, solutions, git history and the other "
+               "submissions hidden, no network, a fresh /dev, every process it starts killed at the end; it still "
+               "runs as you and can read your other files)",
     None: "isolation: NONE: each submission runs with all of your rights (it can read the solutions and delete your "
           "files); grade in a throwaway container, VM or user account",
 }
@@ -624,9 +675,11 @@ def _execute(book, work: Path, scratch: Path, timeout: float, hide: list[Path] |
     wrong with the kernel or ""). Whatever the notebook left running is killed before this returns."""
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     import nbformat
-    client = _client(book, timeout, scratch, _kernel_manager(work, hide))
+    groups = sandbox.make_cgroups(KERNEL_LIMITS) if hide is not None else []
     start, timed_out, before = time.monotonic(), False, sandbox.adopt_orphans()
     try:
+        walls = _walls(groups) if hide is not None else ()
+        client = _client(book, timeout, scratch, _kernel_manager(work, hide, walls))
         with client.setup_kernel(env=_kernel_env(work)):
             client.timeout = probe_timeout
             client.execute_cell(book.cells[0], 0)         # the grader's first cell, before any of the notebook's
@@ -654,13 +707,15 @@ def _execute(book, work: Path, scratch: Path, timeout: float, hide: list[Path] |
         return time.monotonic() - start, timed_out, f"the kernel stopped ({type(e).__name__}: {first_line(e)})"
     finally:
         sandbox.kill_new_children(before)
+        sandbox.remove_cgroups(groups)
 
 
 def grade(path: Path, lessons: Path = LESSONS, timeout: float = 900, check_timeout: int = 60,
-          library: Path = LIBRARY, walls: str | None = "auto") -> dict:
+          library: Path = LIBRARY, walls: str | None = "auto", hide: list[Path] = ()) -> dict:
     """Execute one submission and return {student, lesson, file, isolation, seconds, timed_out, flags, results}:
     results has one {exercise, function, result, message} per exercise of the lesson. `walls` is "sandbox" (run the
-    kernel in classroom/sandbox.py), None (a plain process) or "auto" (the sandbox when this machine has it). A change
+    kernel in classroom/sandbox.py, where `hide` is hidden too), None (a plain process) or "auto" (the sandbox when
+    this machine has it). The notebook is graded from a copy in its scratch folder. A change
     the notebook made on disk to the checks or to the library's .py files is flagged, not undone: the library is
     the instructor's, and which version is right is theirs to say."""
     try:
@@ -689,8 +744,9 @@ def grade(path: Path, lessons: Path = LESSONS, timeout: float = 900, check_timeo
         work = Path(tmp)
         scratch = work / "lessons"
         student_edition(scratch, lessons)
+        shutil.copyfile(path, scratch / f"{stem}.ipynb")    # its own copy: the original may be hidden
         before = _digests(scratch / "exercises")
-        hide = hidden_folders(lessons) if walls == "sandbox" else None
+        hide = hidden_folders(lessons) + [Path(p) for p in hide] if walls == "sandbox" else None
         setup = nbformat.v4.new_code_cell(_setup_cell(lessons, stem, exercises, check_timeout, work / "verdicts"))
         probe = nbformat.v4.new_code_cell("_minwiola_probe()")
         book.cells = [setup, *book.cells, probe]
@@ -786,12 +842,17 @@ def _whole_seconds(text: str) -> int:
     return int(value)
 
 
-HELP = """isolation (--isolation): with `auto` (the default) each submission's kernel runs in classroom/sandbox.py where
-this machine allows it (Linux with user namespaces): every file read-only but its scratch folder, the solutions
-and git history hidden, no network, and every process it starts killed when it ends. It still runs as you, can
-read what you can read (other submissions included) and use all the CPU and memory it likes. Where no sandbox is
-possible, submissions run with all of your rights: they can read the solutions and delete your files. Either way,
-for a real class grade inside a throwaway container or VM, or as a user account that owns nothing of value."""
+HELP = f"""isolation (--isolation): with `auto` (default) each submission's kernel runs in classroom/sandbox.py where
+this machine allows it (Linux with user namespaces): every file read-only but its scratch folder; the solutions,
+the git history, the other submissions and the grades files hidden; /tmp, /var/tmp and /run empty (where Unix
+sockets such as ssh-agent's or Docker's live); a fresh /dev with only null, zero, full, random, urandom and tty; no
+network; at most {KERNEL_LIMITS["pids"]} processes and threads, and half the memory, in a cgroup where one can be
+made (as root, or in a delegated cgroup v2 subtree), else {KERNEL_LIMITS["pids"]} processes by RLIMIT_NPROC, which
+does not bind root (then `--isolation sandbox` refuses to grade unless given --allow-unlimited-processes); every
+process it starts killed when it ends. It still runs as you, can read what you can read elsewhere (your home, say)
+and connect to a Unix socket kept outside /tmp and /run. Where no sandbox is possible, submissions run with all of
+your rights: they can read the solutions and delete your files. Either way, for a real class grade inside a
+throwaway container or VM, or as a user account that owns nothing of value."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -805,6 +866,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--isolation", choices=("auto", "sandbox", "none"), default="auto",
                         help="auto: the sandbox where possible; sandbox: refuse to grade without it; none: plain "
                              "processes (see below)")
+    parser.add_argument("--allow-unlimited-processes", action="store_true",
+                        help="with --isolation sandbox: grade even where nothing can cap the processes it starts")
     parser.add_argument("--student-edition", type=Path, metavar="DIR",
                         help="write the student edition of every lesson into DIR instead of grading")
     args = parser.parse_args(argv)
@@ -826,11 +889,14 @@ def main(argv: list[str] | None = None) -> int:
         for path in args.submissions:                       # every input checked before anything runs
             match_lesson(path, read_notebook(path), stems)
         outputs(args.out)
-        walls = isolation(args.isolation)
+        walls = isolation(args.isolation, args.allow_unlimited_processes)
         print(ISOLATION_NOTE[walls])
+        if walls == "sandbox" and _limit_problem():
+            print(f"processes NOT capped: {_limit_problem()}")
+        hide = others(args.submissions, args.out)
         reports, shared = [], shared_files(args.submissions)
         for path in args.submissions:
-            r = grade(path, args.lessons, args.timeout, args.check_timeout, walls=walls)
+            r = grade(path, args.lessons, args.timeout, args.check_timeout, walls=walls, hide=hide)
             r["flags"] = shared[path] + r["flags"]
             score = sum(x["result"] == "correct" for x in r["results"])
             flag = f"  FLAGGED: {'; '.join(r['flags'])}" if r["flags"] else ""

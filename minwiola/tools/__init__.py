@@ -11,12 +11,17 @@
 
 The arrows point one way. download, sample, token_cache, runs and launch import nothing of the course's files: what they
 need of them (the encoder, the loss, a batch, a parameter count) is handed to them as arguments. The command lines
-and the bridge sit on top of everything. This file holds the few helpers more than one tool needs.
+and the bridge sit on top of everything. This file holds the few helpers more than one tool needs (`load_json`,
+which reads a user's JSON file, serves the course's files and the grader too).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
+
+from .. import first_line
 
 try:
     import fcntl
@@ -50,3 +55,17 @@ def seconds_option(text: str) -> float:
     if not 0 < value <= 1e6:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, 1000000]")
     return value
+
+
+def load_json(path: str | Path, text: str | None = None):
+    """The JSON value in the user's file `path` (`text`: its text, or one line of it, when already read), or one
+    ValueError naming the file when it holds no JSON: broken, not UTF-8, or nested so deep that Python's parser
+    runs out of stack (a RecursionError, which is no ValueError and would end the command in a traceback). What
+    the value should be (a dict, its fields) is for the caller to check. A file that cannot be read stays the
+    OSError it is."""
+    try:
+        return json.loads(Path(path).read_text() if text is None else text)
+    except RecursionError:
+        raise ValueError(f"{path} is not valid JSON (nested too deep)") from None
+    except ValueError as e:                        # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"{path} is not valid JSON ({first_line(e)})") from None

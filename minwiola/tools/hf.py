@@ -39,6 +39,7 @@ from .. import first_line
 from ..budget import count_params
 from ..model import LanguageModel, ModelConfig, load_weights, next_token_loss
 from ..tokenizer import EOT, Tokenizer
+from . import load_json
 from .runs import build_model
 
 MODEL_TYPE = "wiola"
@@ -395,10 +396,7 @@ def from_hf(source: str | Path, target: str | Path) -> Path:
     source, target = Path(source), Path(target)
     config_file = source / "config.json"
     _needs(config_file)
-    try:
-        fields = json.loads(config_file.read_text())
-    except ValueError as e:                          # not JSON, or not UTF-8 (UnicodeDecodeError is a ValueError)
-        raise ValueError(f"{config_file} is not valid JSON ({e})") from None
+    fields = load_json(config_file)                  # a ValueError naming the file if it holds no JSON
     if not isinstance(fields, dict):
         raise ValueError(f"{config_file} holds a {type(fields).__name__}, not a model config")
     if fields.get("model_type") != MODEL_TYPE:

@@ -24,7 +24,8 @@ up after `DDP_TIMEOUT` (30 minutes), so no rank hangs for ever. Dropout draws fr
 of different ranks get the same masks); with dropout, or MoE (its capacity and balancing loss are computed per
 rank's micro-batch), N processes make a statistically equal run, not a bit-equal one; the logged MoE loads and ATM
 merge ratios are rank 0's. objective="diffusion" is refused under torchrun (its masking draws per row from the data
-generator). A rank that fails prints one `error: rank R: ...` line and exits, and torchrun then stops the others.
+generator). Every rank must be started alike (the same settings, data files, tokenizer and version: `Processes.check_alike`).
+A rank that fails prints one `error: rank R: ...` line and exits, and torchrun then stops the others.
 Ctrl-C reaches every process; they agree to stop after the same step, and rank 0 saves. A process killed outright
 (SIGKILL, or torchrun's SIGTERM) never leaves a half-written checkpoint: checkpoints are swapped in whole.
 """
@@ -41,7 +42,7 @@ from typing import Callable, NamedTuple
 import torch
 import torch.distributed as dist
 
-from .. import first_line
+from .. import __version__, first_line
 from . import runs
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -299,8 +300,30 @@ class Processes:
         self.main = self.rank == 0
         self.device = rank_device(pick_device(device_name), local, self.world)
 
-    def start(self) -> None:
+    def start(self, record: dict) -> None:
+        """Join the process group, then check that every process was started alike (`check_alike`)."""
         start_distributed(self.world, self.device)
+        self.check_alike({**record, "minwiola": {"version": __version__}})
+
+    def check_alike(self, record: dict) -> None:
+        """Every process must run the experiment `record` describes (each part a dict: trainer settings, model,
+        tokenizer, data files, version): torchrun gives the processes of one machine the same command line, but on
+        several machines, or with another environment per node, another --lr or MINWIOLA_DATA would train one
+        model from different experiments without a word. All processes gather every record, so each refuses with
+        the same line, naming the first field that differs from rank 0's."""
+        if self.world == 1:
+            return
+        records = [None] * self.world
+        dist.all_gather_object(records, record)
+        for rank, other in enumerate(records[1:], start=1):
+            changed = [line for part in record for line in runs.differences(
+                records[0].get(part, {}), other.get(part, {}), "" if part == "train" else f"{part}.",
+                ("on rank 0", f"on rank {rank}"))]
+            if changed:
+                what = changed[0] if len(changed[0]) <= 160 else \
+                    f"{changed[0].split(':')[0]} differs between rank 0 and rank {rank}"     # a list of files
+                raise ValueError(f"the processes were not started alike: {what}; start every process with the same "
+                                 "options, MINWIOLA_DATA and version of minwiola")
 
     def barrier(self) -> None:
         """Wait for every process (nothing to wait for in one)."""

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from .. import first_line, sha256_file
-from . import lock_file
+from . import load_json, lock_file
 
 MARKER = ".minwiola-run"
 LOCK = ".lock"
@@ -42,6 +42,8 @@ SUMS = "SHA256SUMS"
 # Everything the trainer may create in a run folder; --overwrite deletes these names and nothing else.
 OWN = (MARKER, "config.json", "metrics.jsonl", "samples.txt", "loss.png",
        *(f"{name}{end}" for name in ("checkpoint", "best") for end in ("", ".tmp", ".old")))
+# What `save_weights` puts in checkpoint/ and best/ before their SHA256SUMS (which lists them) is written.
+WEIGHTS_FILES = ("config.json", "model.safetensors", "tokenizer.bpe", "trainer_state.pt", "eval.json")
 
 
 NO_SPACE = os.strerror(errno.ENOSPC)                  # "No space left on device"
@@ -86,12 +88,14 @@ def check_options(out: Path, resume: bool, overwrite: bool) -> str:
         raise RunFolderError(f"nothing to resume in {out}: no run there")
     if state == "ours" and not (resume or overwrite):
         raise RunFolderError(f"{out} already holds a run; pass --resume to continue it or --overwrite to replace it")
+    if state == "ours":                                 # --overwrite deletes them, a resumed run replaces them as
+        check_own_folders(out, OWN)                     # it saves: only if they hold nothing but the trainer's files
     return state
 
 
-def differences(held: dict, wanted: dict, prefix: str = "") -> list[str]:
-    """The fields where two settings dicts differ, named as "field: X there, Y now"."""
-    return [f"{prefix}{k}: {held.get(k)!r} there, {wanted.get(k)!r} now"
+def differences(held: dict, wanted: dict, prefix: str = "", sides: tuple[str, str] = ("there", "now")) -> list[str]:
+    """The fields where two settings dicts differ, named as "field: X there, Y now" (or the `sides` given)."""
+    return [f"{prefix}{k}: {held.get(k)!r} {sides[0]}, {wanted.get(k)!r} {sides[1]}"
             for k in sorted(held.keys() | wanted.keys()) if held.get(k) != wanted.get(k)]
 
 
@@ -114,9 +118,11 @@ def check_same_run(out: Path, record: dict, model_added_later: dict | None = Non
     counts as that default; so does a trainer setting (TRAIN_ADDED_LATER)."""
     config_file = out / "config.json"
     try:
-        held = json.loads(config_file.read_text())
-    except (OSError, ValueError) as e:
+        held = load_json(config_file)
+    except OSError as e:
         raise RunFolderError(f"{config_file} cannot be read ({e}); start again with --overwrite") from None
+    except ValueError as e:
+        raise RunFolderError(f"{e}; start again with --overwrite") from None
     if not isinstance(held, dict) or not all(isinstance(held.get(k), dict) for k in record):
         raise RunFolderError(f"{config_file} is not a run config of this version (it lacks one of "
                              f"{sorted(record)}); start again with --overwrite")
@@ -153,15 +159,35 @@ def open_run(out: Path, lock: "FolderLock", state: str, resume: bool, record: di
 
 
 def clear(out: Path) -> None:
-    """Delete what the trainer wrote in a marked folder (for --overwrite); the user's own files stay."""
+    """Delete what the trainer wrote in a marked folder (for --overwrite); the user's own files stay, and a file
+    of theirs inside one of the trainer's folders keeps that folder whole (RunFolderError, nothing deleted)."""
     if folder_state(out) != "ours":
         raise RunFolderError(f"{out} is not a run folder (no {MARKER}); refusing to delete anything in it")
+    check_own_folders(out, OWN)
     for name in OWN:
         path = out / name
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
             path.unlink()
+
+
+def check_own_folders(out: Path, names) -> None:
+    """Before the trainer deletes or replaces its folders `names` in `out` (checkpoint/, best/ and their .tmp/ and
+    .old/; other names are skipped): RunFolderError naming the first thing inside one that the trainer did not
+    write, which is then kept, with the whole folder. The trainer's files are those its SHA256SUMS lists, and,
+    before that file is written, WEIGHTS_FILES."""
+    for folder in (out / name for name in names):
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        try:
+            ours = {SUMS, *WEIGHTS_FILES, *listed_sums(folder)}
+        except (OSError, RunFolderError):               # no SHA256SUMS yet (a NAME.tmp/ cut short), or damaged
+            ours = {SUMS, *WEIGHTS_FILES}
+        for path in sorted(folder.iterdir()):
+            if path.name not in ours or path.is_symlink() or not path.is_file():
+                raise RunFolderError(f"{path} was not written by the trainer, which replaces {folder.name}/ whole: "
+                                     f"nothing was deleted; move it out of {folder}, then run again")
 
 
 # --------------------------------------------------------------------------------------------------- lock
@@ -218,6 +244,7 @@ def save_atomically(out: Path, name: str, write: Callable[[Path], None]) -> None
     a complete NAME/ or NAME.old/ exists, and what is under a real name is on the disk. If writing fails (a full
     disk: OSError ENOSPC), NAME.tmp/ is deleted and NAME/ stays as it was."""
     tmp, final, old = out / f"{name}.tmp", out / name, out / f"{name}.old"
+    check_own_folders(out, (tmp.name, final.name, old.name))     # each is deleted below: only if it is all ours
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
@@ -241,17 +268,22 @@ def save_atomically(out: Path, name: str, write: Callable[[Path], None]) -> None
     shutil.rmtree(old, ignore_errors=True)
 
 
+def listed_sums(folder: Path) -> dict[str, str]:
+    """name -> sha256, as folder/SHA256SUMS lists them (OSError if there is none; RunFolderError if not text)."""
+    try:
+        lines = (folder / SUMS).read_text().splitlines()
+    except UnicodeDecodeError:
+        raise RunFolderError(f"{folder / SUMS} is damaged (not text)") from None
+    return dict(reversed(line.split("  ", 1)) for line in lines if "  " in line)
+
+
 def verify_folder(folder: Path) -> None:
     """Raise RunFolderError naming the first file of `folder` that is missing, not listed in its SHA256SUMS, or
     differs from the sha256 listed there."""
     sums = folder / SUMS
     if not sums.is_file():
         raise RunFolderError(f"{sums} is missing: {folder} is not a complete checkpoint")
-    try:
-        lines = sums.read_text().splitlines()
-    except UnicodeDecodeError:
-        raise RunFolderError(f"{sums} is damaged (not text)") from None
-    listed = dict(reversed(line.split("  ", 1)) for line in lines if "  " in line)
+    listed = listed_sums(folder)
     for path in sorted(folder.iterdir()):
         if path.name != SUMS and path.name not in listed:
             raise RunFolderError(f"{path} is not listed in {sums}: the checkpoint is incomplete or was changed")
@@ -440,8 +472,8 @@ def read_metrics(out: str | Path) -> list[dict]:
     records = []
     for i, line in enumerate(lines):
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = load_json(path, text=line)
+        except ValueError:
             record = None
         if not (isinstance(record, dict) and type(record.get("step")) is int):
             if i < len(lines) - 1:
@@ -466,7 +498,7 @@ def append_sample(out: Path, title: str, story: str) -> None:
 def run_title(out: str | Path) -> str:
     """A figure's title for a run: its preset, its data and its folder (the folder name alone says little)."""
     try:
-        config = json.loads((Path(out) / "config.json").read_text())
+        config = load_json(Path(out) / "config.json")
         preset, data = config["train"]["preset"], config["data"]["source"].split(" (")[0]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return Path(out).name                      # a folder without a readable config still gets its name

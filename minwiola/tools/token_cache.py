@@ -12,6 +12,10 @@ or the ranks of one torchrun) take an operating-system lock: one builds, the oth
 
 `minwiola.data.tokens` is the one caller: it names the cache file (by the data files and the tokenizer), and hands
 over the block reader and the encoder. Nothing here knows what a story or a tokenizer is.
+
+The cache's name stands for the data files' sha256 as they are on disk, so a file edited or damaged since is never
+served the old ids. Hashing the full train split takes seconds, so the checksums are remembered beside the caches
+(`remembered_sha256`) by each file's size, times and inode: an untouched file is not read again.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import concurrent.futures
 import contextlib
 import errno
 import itertools
+import json
 import multiprocessing
 import os
 import signal
@@ -31,10 +36,13 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from .. import sha256_file
 from . import lock_file
 from .download import DataFileError
 
 NPY_HEADER = 128                # bytes reserved for the .npy header, written last (it holds the final length)
+CHECKSUMS = "sha256.json"       # in the cache folder: {file: [size, mtime_ns, ctime_ns, inode, sha256]}
+SETTLED_NS = 2_000_000_000      # a file changed less than 2 s ago may change again with the same times (below)
 REPO_CACHE = Path(__file__).resolve().parents[2] / "data" / "cache"
 
 Blocks = Iterable[tuple[str, bytes]]          # (file name, a block of its text), in order
@@ -44,6 +52,35 @@ Encode = Callable[[str, bytes], np.ndarray]   # (file name, block) -> uint16 ids
 def cache_dir() -> Path:
     """Where token arrays are cached: `MINWIOLA_CACHE` if set, else `data/cache/` in this repository."""
     return Path(os.environ.get("MINWIOLA_CACHE") or REPO_CACHE)
+
+
+def remembered_sha256(path: Path) -> str:
+    """The sha256 of `path` as it is now, without reading it again if it is untouched since it was last hashed: the
+    same size, modification and change times (the change time cannot be set back by hand) and inode. A file's times
+    only advance by a clock tick (milliseconds), so two writes within one tick can leave the same times: a checksum is
+    remembered only for a file whose last change is more than SETTLED_NS old, as git does with its index."""
+    memo_path, path = cache_dir() / CHECKSUMS, Path(path).resolve()
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):                         # none yet, or damaged: it is only a shortcut
+        memo = {}
+    info = path.stat()
+    seen = [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
+    held = memo.get(str(path)) if isinstance(memo, dict) else None
+    if isinstance(held, list) and held[:4] == seen:
+        return held[4]
+    sha = sha256_file(path)
+    if time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) > SETTLED_NS:
+        memo = {**(memo if isinstance(memo, dict) else {}), str(path): seen + [sha]}
+        tmp = memo_path.with_name(f"{CHECKSUMS}.{os.getpid()}.tmp")   # two processes never share a temporary
+        try:
+            memo_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(memo))
+            tmp.replace(memo_path)                        # whole or not at all
+        except OSError:                                   # a read-only or full cache folder: hashed again next time
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+    return sha
 
 
 def load(path: Path, blocks: Callable[[Callable[[int], None] | None], Blocks], encode: Encode, total: int | None,
