@@ -289,10 +289,32 @@ know who got what right. The tools:
   solutions and delete any file you can. The grader still kills every process it left behind (on Linux), and
   still flags the attacks below, but it cannot undo a deleted file.
 
-What the sandbox does not do: the notebook still runs as you and can read what you can read (other students'
-submissions included), and it can use all the CPU and memory it likes; it shares the machine's kernel. For a real
-class, grade inside a throwaway container or VM (or as a user account that owns nothing of value), and use
-`--isolation sandbox` to refuse to grade at all where the sandbox is missing.
+**The promises, one by one.** Each row is held by the test named beside it (in `tests/`); "root" is the grader
+run as root (the usual case inside a throwaway container), "user" an ordinary account.
+
+| a submission graded in the sandbox ... | root | user | test |
+|---|---|---|---|
+| writes only its scratch folder; your files, the checks, the library, the next notebook are read-only | yes | yes | `test_grade_hostile.py::test_in_the_sandbox_a_notebook_cannot_delete_or_write_the_instructors_files` |
+| cannot create or replace devices: `/dev` is fresh and read-only (null, zero, full, random, urandom, tty, GPUs) | yes | yes | `test_sandbox.py::test_a_cell_cannot_create_files_in_dev_and_dev_null_still_works` |
+| cannot change the machine's kernel settings (`/sys`, `/proc/sys` read-only) | yes | yes | `test_sandbox.py::test_a_cell_cannot_write_the_host_kernels_settings` |
+| cannot read the solutions or the clone's git history (they look empty) | yes | yes | `test_grade_hostile.py::test_reading_the_solutions_is_flagged_and_in_the_sandbox_finds_nothing` |
+| cannot read the other submissions or the grades files (hidden; their folders too where the kernel needs nothing in them); code that searches for notebooks is flagged | yes | yes | `test_sandbox.py::test_a_notebook_cannot_take_another_students_work` |
+| has no network: no TCP/UDP, no abstract Unix sockets, and `/tmp`, `/var/tmp`, `/run` are empty, so the sockets services keep there cannot be reached | yes | yes | `test_sandbox.py::test_a_unix_socket_outside_the_scratch_folder_is_not_reachable` |
+| sees none of your environment but `PATH`, the locale, thread counts and the course's settings (no tokens, no socket names) | yes | yes | `test_grade_hostile.py::test_the_graders_secrets_never_reach_the_kernel_or_the_grades` |
+| starts at most 1,024 processes and uses at most half the memory (a cgroup); where no cap can be set, `--isolation sandbox` refuses unless `--allow-unlimited-processes`, and `auto` says "processes NOT capped" | cgroup | 1,024 processes (`RLIMIT_NPROC`), memory uncapped | `test_sandbox.py::test_a_fork_bomb_is_capped_and_nothing_survives_it`, `::test_without_a_process_cap_the_sandbox_is_refused_unless_allowed` |
+| leaves no process behind, however it detached | yes | yes | `test_grade_hostile.py::test_a_process_the_notebook_detaches_does_not_outlive_grading` |
+| is graded under the name its own path gives; a link to another student's file, or the same file twice, is flagged | yes | yes | `test_grade.py::test_a_submission_linked_to_another_students_is_graded_under_its_own_name_and_flagged` |
+| costs the grader a few MB of memory however much it prints | yes | yes | `test_grade_hostile.py::test_a_flood_of_output_does_not_grow_the_graders_memory` |
+
+What stays open, in the sandbox too: the notebook can **read** whatever the grader's account can read apart from
+what is hidden above (as root, the whole machine: `/root/.ssh`, `/etc/shadow`; as a user, your home), and a Unix
+socket file kept elsewhere (not in `/tmp`, `/var/tmp`, `/run`) is reachable if the account may write to it (root
+always may). Memory is capped only through a cgroup (as root, or under a delegated cgroup v2 subtree); CPU only by
+`--timeout`. It shares the machine's kernel. So for a real class grade as an account that owns nothing of value,
+or inside a throwaway container or VM, and use `--isolation sandbox` to refuse to grade at all where the sandbox
+is missing. Without the sandbox (`isolation: NONE`) none of the rows above holds except the environment, the names,
+the output bound and the killed processes. A whole class (thirty notebooks, six of them attacks) is graded in one
+call by `test_grade_class.py`: each honest student gets what their own answers earn.
 
 **What makes a verdict trustworthy, in either mode.** Before the notebook's first cell the grader runs a cell of
 its own (`minwiola/classroom/probe.py`) that receives the lesson's checks as text, read from `lessons/exercises/`

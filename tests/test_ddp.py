@@ -21,6 +21,8 @@ from minwiola.train import Trainer
 
 from helpers import tiny, write_small_stories
 
+pytestmark = pytest.mark.once          # brings its own data: CI runs it in its first pass only (conftest.py)
+
 REPO = Path(__file__).resolve().parents[1]
 TINY_ARGS = ["--steps", "12", "--eval-every", "6", "--batch-size", "4", "--block-size", "32", "--lr", "0.003",
              "--sample-tokens", "8", "--set", "d=32", "n_layers=2", "n_heads=2", "n_kv_heads=1", "d_ff_a=16",

@@ -20,6 +20,8 @@ from minwiola import corpus, data
 from minwiola.tools import data_cli
 from minwiola.tools import download as downloader
 
+pytestmark = pytest.mark.once          # brings its own data: CI runs it in its first pass only (conftest.py)
+
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinystories"
 VALID = "TinyStories-valid.txt"
 STALL_S = 3.0  # how long a stalling server stays quiet before it hangs up

@@ -20,6 +20,8 @@ import pytest
 from minwiola.classroom import grade, sandbox
 from helpers import CHECK_FILE, ROOT, SOLVED_1, _cell, _lesson, _results, _submit, tiny_course
 
+pytestmark = pytest.mark.once          # brings its own data: CI runs it in its first pass only (conftest.py)
+
 WALLED = grade.isolation() == "sandbox"
 MODES = [None] + (["sandbox"] if WALLED else [])
 FORGED_CHECKS = "EXERCISES = {1: 'double', 2: 'square', 3: 'halve'}\n" + "".join(

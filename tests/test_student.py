@@ -1,8 +1,8 @@
 """`make student` (minwiola.classroom.grade.student_edition): every lesson, no solution text, the exercise cells' outputs
 cleared and everything else intact; it runs under nbval to the end with every exercise "not attempted yet".
 
-The nbval run executes every lesson again (quick mode); .ci/run sets MINWIOLA_SKIP_STUDENT_RUN=1 in its second pass
-so CI pays for it once."""
+The nbval run executes every lesson again (quick mode); it is marked `once`, so .ci/run's second pass skips
+it and CI pays for it once."""
 import ast
 import json
 import os
@@ -167,8 +167,7 @@ def _expect_not_attempted(nb: dict, names) -> int:
     return marked
 
 
-@pytest.mark.skipif(os.environ.get("MINWIOLA_SKIP_STUDENT_RUN") == "1",
-                    reason="MINWIOLA_SKIP_STUDENT_RUN=1 (CI runs the student edition in its first pass only)")
+@pytest.mark.once
 def test_the_student_edition_runs_under_nbval_and_every_exercise_is_not_attempted(tmp_path):
     out = tmp_path / "student"
     grade.student_edition(out)
