@@ -59,6 +59,7 @@ def test_the_rate_is_the_best_mean_over_complete_rates_and_the_verdicts_are_the_
     assert result["partial"] is True                               # 17 of 18 runs
 
 
+@pytest.mark.once          # the shipped model and its own folders (or small_data): CI runs it in its first pass only
 def test_a_tiny_launch_end_to_end(tmp_path, small_data, monkeypatch):  # noqa: F811
     out = tmp_path / "r.json"
     argv = ["--steps", "2", "--eval-every", "2", "--batch-size", "2", "--block-size", "16", "--rates", "3e-3",

@@ -352,6 +352,7 @@ def test_a_run_folder_converts(tmp_path):
     assert AutoTokenizer.from_pretrained(tmp_path / "hf").encode("Once upon a time") == idx[0].tolist()
 
 
+@pytest.mark.once          # the shipped model and its own folders (or small_data): CI runs it in its first pass only
 def test_conversion_never_overwrites_and_errors_are_one_line(tmp_path, story_hf):
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -401,6 +402,7 @@ def as_written(rule):
     return tuple(map(hf.hf_text, rule))
 
 
+@pytest.mark.once          # the shipped model and its own folders (or small_data): CI runs it in its first pass only
 def test_from_hf_refuses_a_tokenizer_whose_rules_were_edited(story_hf, tmp_path, capsys):
     """The last 600 merges dropped, or two swapped, is still a valid tokenizer for Hugging Face. The conversion
     rebuilds the rules from the vocabulary, so it would give other ids than the folder's tokenizer (the review: on
