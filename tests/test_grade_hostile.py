@@ -230,7 +230,7 @@ def test_json_nested_too_deeply_is_refused_in_one_line(lessons, tmp_path, capsys
     path = tmp_path / "x_01_tiny.ipynb"
     path.write_text(deep)
     code, err = _cli(capsys, path, "--lessons", lessons, "--out", tmp_path / "g.csv")
-    assert code == 2 and err.endswith(f"{path} is not a Jupyter notebook (JSON nested too deeply to read)")
+    assert code == 2 and err.endswith(f"{path} is not valid JSON (nested too deep): not a Jupyter notebook")
     (tmp_path / "g.json").write_text(deep)
     code, err = _cli(capsys, _submit(tmp_path, "ann_01_tiny.ipynb", _lesson()), "--lessons", lessons,
                      "--out", tmp_path / "g.csv")

@@ -58,7 +58,7 @@ from pathlib import Path
 
 from .. import first_line, sha256_file
 from ..lesson import package_root
-from ..tools import seconds_option, token_cache
+from ..tools import load_json, seconds_option, token_cache
 from . import sandbox
 
 LESSONS = package_root() / "lessons"
@@ -97,11 +97,9 @@ def read_notebook(path: Path) -> dict:
     if not path.is_file():
         raise ClassroomError(f"no such file: {path}")
     try:
-        nb = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ClassroomError(f"{path} is not a Jupyter notebook (not JSON: {e})") from None
-    except RecursionError:                  # what json raises on deep nesting ([[[[...), instead of a ValueError
-        raise ClassroomError(f"{path} is not a Jupyter notebook (JSON nested too deeply to read)") from None
+        nb = load_json(path)                # broken, not UTF-8, or nested too deep: one ValueError naming it
+    except ValueError as e:
+        raise ClassroomError(f"{e}: not a Jupyter notebook") from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or nb.get("nbformat") != 4:
         raise ClassroomError(f"{path} is not a Jupyter notebook (no nbformat 4 'cells' list)")
     if not isinstance(nb.get("metadata", {}), dict):
@@ -253,8 +251,8 @@ def _clear_own_folder(out: Path) -> None:
         raise ClassroomError(f"{out} exists and is not a student edition made by this tool (no {MARKER}): nothing "
                              "in it is touched; pick another folder")
     try:
-        written = json.loads(marker.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        written = load_json(marker)
+    except ValueError:
         written = None
     if not isinstance(written, dict):
         raise ClassroomError(f"{marker} is damaged (not the list of files this tool wrote): nothing in {out} is "
@@ -797,10 +795,10 @@ def _written_by_grader(path: Path) -> bool:
     try:
         text = path.read_text(encoding="utf-8")
         if path.suffix == ".json":
-            table = json.loads(text)
+            table = load_json(path, text)
             return isinstance(table, list) and all(isinstance(r, dict) and tuple(r) == FIELDS for r in table)
         return text.splitlines()[:1] == [",".join(FIELDS)]
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+    except (OSError, ValueError):                  # UnicodeDecodeError is a ValueError
         return False
 
 

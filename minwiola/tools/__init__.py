@@ -64,7 +64,7 @@ def load_json(path: str | Path, text: str | None = None):
     the value should be (a dict, its fields) is for the caller to check. A file that cannot be read stays the
     OSError it is."""
     try:
-        return json.loads(Path(path).read_text() if text is None else text)
+        return json.loads(Path(path).read_text(encoding="utf-8") if text is None else text)
     except RecursionError:
         raise ValueError(f"{path} is not valid JSON (nested too deep)") from None
     except ValueError as e:                        # JSONDecodeError and UnicodeDecodeError are ValueErrors
