@@ -490,15 +490,17 @@ def init_weights(model: nn.Module, std: float) -> None:
             module.reset_gate()
 
 
-def check_ids(idx: torch.Tensor, cfg: ModelConfig, start: int = 0) -> None:
+def check_ids(idx: torch.Tensor, cfg: ModelConfig, start: int = 0, values: bool = True) -> None:
     """Raise ValueError unless idx is a (B, T) integer tensor of valid ids that fits the context after `start`
-    tokens already seen."""
+    tokens already seen. values=False checks the shape, dtype and length only: the scan of the values is the one
+    step that must read a number back from the device (a host synchronisation), so a caller that has checked its ids
+    where they came from (the trainer its token files, `generate_ids` its prompt) skips it in its loop."""
     if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"idx must be a (B, T) int64 (or int32) tensor of token ids, got "
                          f"{getattr(idx, 'dtype', type(idx).__name__)} of shape {tuple(getattr(idx, 'shape', ()))}")
     if start + idx.shape[1] > cfg.context:
         raise ValueError(f"sequence of {start + idx.shape[1]} tokens is longer than context={cfg.context}")
-    if idx.numel():
+    if values and idx.numel():
         low, high = idx.aminmax()                          # one pass over the ids for both ends
         if low < 0 or high >= cfg.vocab_size:
             raise ValueError(f"token ids must be in [0, vocab_size={cfg.vocab_size}), got values in "
@@ -632,18 +634,21 @@ class LanguageModel(nn.Module):
     moe_stats = moe_stats
     atm_similarities = atm.atm_similarities
 
-    def check_ids(self, idx: torch.Tensor, start: int = 0) -> None:
+    def check_ids(self, idx: torch.Tensor, start: int = 0, values: bool = True) -> None:
         """Raise ValueError unless idx is a (B, T) integer tensor of valid ids that fits the context."""
-        check_ids(idx, self.config, start)
+        check_ids(idx, self.config, start, values)
 
-    def forward(self, idx: torch.Tensor, cache: list[DecodingState] | None = None) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, cache: list[DecodingState] | None = None, *,
+                ids_checked: bool = False) -> torch.Tensor:
+        """Logits (B, T, V) for ids idx (B, T). ids_checked=True: the caller has already checked that every id is
+        in [0, vocab_size) (a loop over ids it made or checked itself); the shape and length are checked still."""
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"cache has {len(cache)} layers, the model {len(self.blocks)}: use model.new_cache()")
         if cache is not None and not self.config.causal:
             raise ValueError("a model with causal=False sees the whole sequence at once: it has no incremental "
                              "decoding (no cache); diffusion samplers call it on the full sequence (minwiola.diffusion)")
         start = cache[0].length if cache else 0
-        self.check_ids(idx, start)
+        self.check_ids(idx, start, values=not ids_checked)
         x = self.embed(idx)
         if self.config.positions == "learned":
             x = x + self.pos(torch.arange(start, start + idx.shape[1], device=idx.device))
