@@ -1,4 +1,4 @@
-"""What the lessons read from the benchmarks, in one module: every name lessons 04, 05 and 11-16 use to reuse a
+"""What the lessons read from the benchmarks, in one module: every name lessons 04, 05, 09 and 11-16 use to reuse a
 benchmark's own analysis on its recorded result (its figure, its tables, the functions that measure), in sections by
 lesson. The scripts import their names back from here, so a lesson and its script run the same code. Lessons load it
 with `minwiola.lesson.benchmarks()`; tests/test_benchmarks_package.py checks that every name a lesson reads is here.
@@ -25,6 +25,84 @@ from minwiola.encdec import EncoderDecoder, greedy, shift_right
 from minwiola.generate import generate_ids
 from minwiola.model import LanguageModel, next_token_loss, preset
 from minwiola.train import TrainConfig, learning_rate, parameter_groups
+
+# ---------------------------------------------------------- lesson 09: what a step asks of the host (step_syncs.py)
+
+READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy", "__array__")   # value to the host
+DATA_SHAPED = {"aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique", "aten::_unique2",
+               "aten::unique_dim", "aten::unique_consecutive", "aten::repeat_interleave"}   # output size from values
+
+
+class HostReads:
+    """Count, while active (`with HostReads() as reads:`), every place where a step needs a value on the host: on a
+    GPU each makes the host wait until the device has computed it (a synchronisation), so it cannot queue the next
+    kernels meanwhile. Two kinds, seen on any device, the CPU included:
+      * a read: `.item()`, `.tolist()`, `bool(t)`, `int(t)`, `float(t)`, an index, `.numpy()` (Python's view, a
+        torch-function mode, which also records the queries of `scaled_dot_product_attention`: `attention_shapes`);
+      * an operation whose output size depends on the values (nonzero, masked_select, unique, boolean indexing, ...),
+        or one that reads a value inside PyTorch (`_local_scalar_dense` outside a read above): the dispatcher's view,
+        a torch-dispatch mode, which also counts every operation dispatched (`ops`).
+    `torch._assert_async` is not a read: it checks on the device and the host goes on."""
+
+    def __init__(self):
+        self.reads: dict[str, int] = {}
+        self.ops = 0
+        self.attention_shapes: list[tuple[int, ...]] = []
+        outer = self
+        from torch.overrides import TorchFunctionMode
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Python(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                name = getattr(func, "__name__", "")
+                if name in READS:
+                    outer.count(name)
+                    outer.inside += 1
+                    try:
+                        return func(*args, **(kwargs or {}))
+                    finally:
+                        outer.inside -= 1
+                if func is F.scaled_dot_product_attention:
+                    outer.attention_shapes.append(tuple(args[0].shape))
+                return func(*args, **(kwargs or {}))
+
+        class Dispatcher(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                name = func._schema.name
+                outer.ops += 1
+                boolean_index = name in ("aten::index", "aten::index_put", "aten::index_put_") and any(
+                    t is not None and t.dtype == torch.bool for t in args[1])
+                if name in DATA_SHAPED or boolean_index or (name == "aten::_local_scalar_dense" and not outer.inside):
+                    outer.count(name)
+                return func(*args, **(kwargs or {}))
+
+        self.inside = 0
+        self.modes = (Python(), Dispatcher())
+
+    def count(self, name: str) -> None:
+        self.reads[name] = self.reads.get(name, 0) + 1
+
+    def total(self) -> int:
+        """How many times the host had to wait for a value."""
+        return sum(self.reads.values())
+
+    def __enter__(self):
+        for mode in self.modes:
+            mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        for mode in reversed(self.modes):
+            mode.__exit__(*exc)
+
+
+def model_step(model: LanguageModel, optimizer, ids: torch.Tensor) -> None:
+    """One training step as the trainer takes it: forward with the ids checked where they came from
+    (`ids_checked`), the next-token loss, backward, the optimizer's step."""
+    next_token_loss(model(ids[:, :-1], ids_checked=True), ids[:, 1:]).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
 
 # ----------------------------------------------------------------- lesson 04: decoding (generation_bench.py)
 

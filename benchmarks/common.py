@@ -59,18 +59,22 @@ def train_or_reuse(cfg, out: Path) -> Path:
 
 def step_times(configs: dict, block: int, batch: int, repeat: int = 5, ids=None,
                trained: dict | None = None, device: str = "cpu",
-               precision: str = "fp32") -> dict[str, list[float]]:
+               precision: str = "fp32", compiled: bool = False, warmup: int = 1,
+               after_warmup=None) -> dict[str, list[float]]:
     """Seconds of each of `repeat` training steps (forward, backward, AdamW) of each model config (name ->
     ModelConfig) on one batch (`ids`, (batch, block + 1) token ids; random ids if None), the models taking turns in
-    one process, so that a change of the machine's load hits them alike; a first turn warms up and is not counted.
+    one process, so that a change of the machine's load hits them alike; the first `warmup` turns are not counted.
     Their ratios are the finding on a shared machine, not the seconds. `trained` (name -> a folder of weights, e.g.
     a run's best/) starts a model from trained weights instead of its initialisation: what ATM merges, and so
     what a step costs, depends on them. Its stored config must be `configs[name]`. On a GPU (`device`) the clock waits
-    for the GPU (synchronize) before it starts and stops; `precision` is the trainer's ("bf16": under autocast)."""
+    for the GPU (synchronize) before it starts and stops; `precision` is the trainer's ("bf16": under autocast).
+    A step is the trainer's: the forward skips the scan of the ids (`ids_checked`: checked where they came from),
+    AdamW is fused on a GPU (`launch.fused_adamw`). `compiled`: each model under torch.compile, with `warmup`
+    untimed turns (the compilations happen there); `after_warmup()` is called once they are done."""
     import torch
     from minwiola.generate import load_model
-    from minwiola.model import LanguageModel
-    from minwiola.tools.launch import autocast
+    from minwiola.model import LanguageModel, next_token_loss
+    from minwiola.tools.launch import autocast, fused_adamw
     torch.manual_seed(0)
     if ids is None:
         ids = torch.randint(0, min(c.vocab_size for c in configs.values()), (batch, block + 1))
@@ -79,20 +83,24 @@ def step_times(configs: dict, block: int, batch: int, repeat: int = 5, ids=None,
         models[name] = load_model(trained[name])[0].train() if name in (trained or {}) else LanguageModel(cfg)
         if models[name].config != cfg:
             raise ValueError(f"{trained[name]} holds another model than {name}'s config")
-        models[name].to(device).optimizer = torch.optim.AdamW(models[name].parameters(), 1e-3)
+        models[name].to(device).optimizer = torch.optim.AdamW(models[name].parameters(), 1e-3,
+                                                              fused=fused_adamw(torch.device(device)))
+    forwards = {name: torch.compile(model) if compiled else model for name, model in models.items()}
     ids = ids.to(device)
     wait = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
-    for turn in range(repeat + 1):                          # the first turn warms up
+    for turn in range(repeat + warmup):
+        if turn == warmup and after_warmup is not None:
+            after_warmup()
         for name, model in models.items():
             wait()
             start = time.perf_counter()
             with autocast(precision, torch.device(device)):
-                loss = model.loss(ids[:, :-1], ids[:, 1:])
+                loss = next_token_loss(forwards[name](ids[:, :-1], ids_checked=True), ids[:, 1:])
             loss.backward()
             model.optimizer.step()
             model.optimizer.zero_grad()
             wait()
-            if turn:
+            if turn >= warmup:
                 times[name].append(time.perf_counter() - start)
     return times
 

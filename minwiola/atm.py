@@ -21,8 +21,14 @@ In both, a slot keeps the original position of its first member for RoPE/SRPE an
 those positions, per sequence), so relative offsets between tokens do not shift by the number of merges before them.
 
 A merge plan is `slot` (B, T): the slot each token belongs to (0, 1, ... in order; the two tokens of a pair share
-one). Sequences of a batch merge differently; shorter ones are padded at the end to the longest T', and padding
-slots sit after every real slot, so a causal mask already keeps real queries from seeing them.
+one). Sequences of a batch merge differently; shorter ones are padded at the end, and padding slots sit after every
+real slot, so the causal mask is already the key mask: no real query sees them, and unmerge never reads them.
+
+The merged length is the one number ATM must read back from the device (a tensor's shape is decided on the host),
+and it changes from step to step. So a layer reads it once (`plan_size`, which also yields mu) and pads up to the
+next of a few fixed lengths (`padded_length`: multiples of T/8): attention then meets at most five shapes in a run,
+not a new one at almost every step, and the per-shape work (kernel plans, the allocator's blocks, compiled graphs)
+is done once. Padding changes no output: padded slots are masked and dropped (tested to 1e-10 in float64).
 """
 from __future__ import annotations
 
@@ -110,25 +116,42 @@ def tau_for_ratio(rho: torch.Tensor, target: float, iterations: int = 40) -> flo
     return lo
 
 
-def first_positions(slot: torch.Tensor) -> torch.Tensor:
-    """(B, T'): the original position of each slot's first member (padding slots get 0)."""
+def padded_length(longest: int, T: int) -> int:
+    """The merged length attention runs at: T' = `longest` (the longest row's slots) rounded up to a multiple of
+    ceil(T / 8) (at least 8), and at most T. ATM keeps at least half the tokens, so T' takes one of at most five
+    values for a given T (T = 256: 128, 160, 192, 224 or 256)."""
+    step = max(8, -(-T // 8))
+    return min(T, -(-longest // step) * step)
+
+
+def plan_size(slot: torch.Tensor) -> tuple[int, float]:
+    """(the padded merged length, mu) of a plan, from one read of the device: the longest row's slot count and the
+    total, taken together. It is the merge's only host synchronisation."""
+    kept = slot[:, -1] + 1                                                   # each row's T'
+    longest, total = torch.stack([kept.max(), kept.sum()]).tolist()
+    return padded_length(longest, slot.shape[1]), 1.0 - total / slot.numel()
+
+
+def first_positions(slot: torch.Tensor, length: int | None = None) -> torch.Tensor:
+    """(B, T'): the original position of each slot's first member (padding slots get 0), T' = `length` (default:
+    the longest row's slot count, read from the device). Slots never decrease along a row, so slot k's first member
+    is where a search for k in the row lands (searchsorted: no read back, unlike the boolean indexing it replaces)."""
     B, T = slot.shape
-    is_first = torch.ones_like(slot, dtype=torch.bool)
-    is_first[:, 1:] = slot[:, 1:] != slot[:, :-1]
-    first = torch.zeros(B, int(slot.max()) + 1, dtype=torch.long, device=slot.device)
-    rows, cols = is_first.nonzero(as_tuple=True)
-    first[rows, slot[rows, cols]] = cols
-    return first
+    length = int(slot.max()) + 1 if length is None else length
+    k = torch.arange(length, device=slot.device).expand(B, length).contiguous()
+    first = torch.searchsorted(slot.contiguous(), k)                          # T where a row has no slot k
+    return first.masked_fill(first == T, 0)
 
 
-def merge(x: torch.Tensor, slot: torch.Tensor, kind: str = "copy-forward") -> tuple[torch.Tensor, torch.Tensor]:
-    """Merge x (B, T, ...) by the plan: (x' (B, T', ...), positions (B, T')).
+def merge(x: torch.Tensor, slot: torch.Tensor, kind: str = "copy-forward", length: int | None = None
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge x (B, T, ...) by the plan: (x' (B, T', ...), positions (B, T')), T' = `length` (`first_positions`).
 
     kind="literal" averages each group (eq. 31); kind="copy-forward" keeps the first member of each group.
     """
     if kind not in KINDS:
         raise ValueError(f"atm kind must be one of {KINDS}, got {kind!r}")
-    first = first_positions(slot)
+    first = first_positions(slot, length)
     if kind == "copy-forward":
         return gather_tokens(x, first), first
     index = slot.view(*slot.shape, *([1] * (x.dim() - 2))).expand_as(x)
@@ -149,20 +172,23 @@ def unmerge(y: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
 
 
 def merged_attention(attention, h: torch.Tensor, tau: float, kind: str = "copy-forward",
-                     context: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     context: torch.Tensor | None = None, pad: bool = True
+                     ) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Run `attention` (a MultiHeadAttention or GCLA) on the merged tokens of h (B, T, d) and unmerge its output:
-    (output (B, T, d), slot (B, T)). Merged slots keep their first member's original position; a per-position
-    GCLA context (B, T, Lambda, d) follows each slot's first member too. An empty batch (B = 0 or T = 0) has
-    nothing to merge: it runs as is, so the model gives empty logits in training as in evaluation."""
+    (output (B, T, d), slot (B, T), mu). Merged slots keep their first member's original position; a per-position
+    GCLA context (B, T, Lambda, d) follows each slot's first member too. pad=True runs attention at the padded
+    length (`padded_length`), pad=False at the longest row's. An empty batch (B = 0 or T = 0) has nothing to merge:
+    it runs as is, so the model gives empty logits in training as in evaluation."""
     if h.shape[0] == 0 or h.shape[1] == 0:
         # rho has T - 1 entries, so a plan cannot tell T = 0 from T = 1; and there is no slot to take a max of
-        return attention(h, context=context), torch.zeros(h.shape[:2], dtype=torch.long, device=h.device)
+        return attention(h, context=context), torch.zeros(h.shape[:2], dtype=torch.long, device=h.device), 0.0
     with torch.no_grad():                                   # a discrete decision: no gradient flows through it
         slot = merge_plan(similarity(h), tau)
-    merged, positions = merge(h, slot, kind)
+    length, mu = plan_size(slot)                            # the one read back from the device
+    merged, positions = merge(h, slot, kind, length if pad else None)
     if context is not None and context.shape[1] > 1:        # a per-position context follows each slot's first
         context = gather_tokens(context, positions)
-    return unmerge(attention(merged, context=context, positions=positions), slot), slot
+    return unmerge(attention(merged, context=context, positions=positions), slot), slot, mu
 
 
 def atm_layers(n_layers: int) -> range:

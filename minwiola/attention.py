@@ -320,8 +320,9 @@ class MultiHeadAttention(nn.Module):
         merged tokens keep their original positions), for those positions, (B, 1, T, d_h/2). For the queries,
         or the keys (side="key")."""
         if positions is not None:
-            if positions.numel() and positions.max() >= self.max_len:
-                raise ValueError(f"positions up to {int(positions.max()) + 1} exceed max_len={self.max_len}")
+            if positions.numel():               # checked on the device: reading the maximum back would make
+                torch._assert_async(positions.max() < self.max_len,        # the host wait at every step (ATM)
+                                    f"explicit positions must be below max_len={self.max_len}")
             cos, sin = self.rows(positions.reshape(-1), side)
             shape = (positions.shape[0], 1, positions.shape[1], self.d_h // 2)
             return cos.view(shape), sin.view(shape)

@@ -61,7 +61,7 @@ def package_root() -> Path:
 
 
 def benchmarks(module: str = "analysis"):
-    """The repository's benchmarks/analysis.py (or another of its modules, by name): what lessons 04 and 11-15 read
+    """The repository's benchmarks/analysis.py (or another of its modules, by name): what lessons 04, 05, 09, 11-16 read
     from the benchmarks. benchmarks/ is the repository's, not part of the installed library, so its folder is put on
     sys.path (once) from this copy's repository (`package_root()`); a minwiola installed without its repository has
     no benchmarks to give."""

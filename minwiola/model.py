@@ -528,7 +528,8 @@ class Block(nn.Module):
             raise unknown_kind("atm", cfg.atm, ("off", *atm.KINDS))
         self.merge_kind = cfg.atm if merges else None
         self.tau = cfg.atm_tau
-        self.last_slot: torch.Tensor | None = None      # the last merge plan (B, T), for lessons and logs
+        self.last_slot: torch.Tensor | None = None      # the last merge plan (B, T), for lessons
+        self.last_mu: float | None = None               # and its mu, read with the merged length: no extra read
         self.evaluation_means = ("atm_mu",) if merges else ()   # statistics an evaluation record holds as means
 
     @property
@@ -543,15 +544,15 @@ class Block(nn.Module):
             return self.mixer(h, context=context, cache=cache)
         if cache is not None:
             raise ValueError("token merging runs in training only; decode with model.eval()")
-        out, self.last_slot = atm.merged_attention(self.mixer, h, self.tau, self.merge_kind, context)
+        out, self.last_slot, self.last_mu = atm.merged_attention(self.mixer, h, self.tau, self.merge_kind, context)
         return out
 
     def stats(self) -> dict[str, float]:
         """{"atm_mu": mu = 1 - T'/T (eq. 33)} of this layer's latest training forward when it merges tokens (the
         trainer logs it: mu is measured, never assumed); {} otherwise."""
-        if self.merge_kind is None or self.last_slot is None:
+        if self.merge_kind is None or self.last_mu is None:
             return {}
-        return {"atm_mu": atm.merge_ratio(self.last_slot)}
+        return {"atm_mu": self.last_mu}
 
     def forward(self, x: torch.Tensor, cache: DecodingState | None = None, context: torch.Tensor | None = None
                 ) -> torch.Tensor:

@@ -28,6 +28,7 @@ processes, Ctrl-C and out-of-memory (tools/launch.py), and the command line (too
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import time
@@ -265,15 +266,34 @@ def diverged(loss: float, norm: float, step: int, out: Path, first_checkpoint: i
     return FloatingPointError(f"{what} at step {step}; {kept} (start again with --overwrite and a lower --lr)")
 
 
-def read_tokens(tokenizer, procs: launch.Processes, progress: bool) -> tuple[np.ndarray, np.ndarray]:
+def read_tokens(tokenizer, procs: launch.Processes, progress: bool, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
     """The training and held-out tokens (tokenised on first use, with a bar when `progress`). Under torchrun rank 0
-    reads first and the others then find its cache: two processes must not write one cache file."""
+    reads first and the others then find its cache: two processes must not write one cache file. Every training id is
+    checked against the model's `vocab_size` here, once, so that the steps' forwards skip that scan (`ids_checked`)."""
     if not procs.main:
         procs.barrier()
     splits = tuple(data.tokens(split, tokenizer, progress=progress) for split in ("train", "valid"))
     if procs.main:
         procs.barrier()
+    if len(splits[0]) and int(splits[0].max()) >= vocab_size:
+        raise ValueError(f"the training tokens hold ids up to {int(splits[0].max())}, beyond the model's vocabulary "
+                         f"of {vocab_size}: were they made with another tokenizer?")
     return splits
+
+
+def read_step(losses: list[torch.Tensor], norm: torch.Tensor, grad_accum: int) -> tuple[float, float]:
+    """(the step's mean loss, its gradient norm) in one read back from the device: each `.item()` would make the host
+    wait for the device again (benchmarks/step_syncs.py counts these reads)."""
+    *values, norm = torch.stack([*(v.float() for v in losses), norm.float()]).tolist()
+    return sum(value / grad_accum for value in values), norm
+
+
+def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU batch on `device`. To a GPU from pinned memory: the copy is queued behind the GPU's work, where one from
+    ordinary memory would make the host wait for it."""
+    if device.type == "cuda":
+        batch = batch.pin_memory()
+    return batch.to(device, non_blocking=True)
 
 
 def try_first_batch(model, forward, tokens: np.ndarray, cfg: TrainConfig, device, precision: str, world: int):
@@ -318,7 +338,7 @@ class Trainer:
         self.opt = make_optimizer(self.model, cfg, launch.fused_adamw(self.device))
         fp16 = self.precision == "fp16"                   # a disabled scaler passes everything through unchanged
         self.scaler = torch.amp.GradScaler(self.device.type if fp16 else "cpu", enabled=fp16)
-        self.train_tokens, self.valid_tokens = read_tokens(self.tokenizer, self.procs, self.progress)
+        self.train_tokens, self.valid_tokens = read_tokens(self.tokenizer, self.procs, self.progress, model_cfg.vocab_size)
         self.nbytes = token_bytes(self.tokenizer)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.step, self.elapsed, self.best = 0, 0.0, math.inf
@@ -346,25 +366,25 @@ class Trainer:
         for group in self.opt.param_groups:
             group["lr"] = lr
         self.model.train()
-        total, stats = 0.0, []
+        losses, stats = [], []
+        forward = functools.partial(self.step_forward, ids_checked=True)   # the ids were checked in `read_tokens`
         for i in range(cfg.grad_accum):
             x, y = self.next_batch()
             with self.procs.sync_at(self.step_forward, last=i == cfg.grad_accum - 1):
                 with launch.autocast(self.precision, self.device):
-                    loss = self.objective.loss(self.step_forward, x, y, self.model.config, self.generator)
+                    loss = self.objective.loss(forward, x, y, self.model.config, self.generator)
                 aux = self.model.aux_loss()               # what layers add (MoE's weighted balancing losses), or 0
                 self.scaler.scale((loss + aux) / cfg.grad_accum).backward()   # fp16: scaled against underflow
-            total += loss.item() / cfg.grad_accum
-            measured = self.model.stats()                 # what the layers report: ATM's mu, MoE's loads, ...
-            stats.append({"aux_loss": aux.item(), **measured} if self.logs_aux else measured)
+            losses.append(loss.detach())
+            stats.append({"aux_loss": aux.item(), **self.model.stats()} if self.logs_aux else self.model.stats())
         self.scaler.unscale_(self.opt)                    # the true gradients, for clipping
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
+        total, norm = read_step(losses, torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip), cfg.grad_accum)
         # fp16 gradients that overflow are normal while the scaler's factor settles (it skips the step and halves the
         # factor); once the factor is below 1 the gradients themselves are not finite, and the run stops
         overflow = self.scaler.is_enabled() and self.scaler.get_scale() >= 1.0
-        if not (math.isfinite(total) and (math.isfinite(norm.item()) or overflow)):
+        if not (math.isfinite(total) and (math.isfinite(norm) or overflow)):
             self.opt.zero_grad(set_to_none=True)          # a finite loss can still have inf grads
-            raise diverged(total, norm.item(), self.step + 1, self.out, min(cfg.eval_every, cfg.steps))
+            raise diverged(total, norm, self.step + 1, self.out, min(cfg.eval_every, cfg.steps))
         self.scaler.step(self.opt)                        # fp16: skipped if the gradients overflowed
         self.scaler.update()
         self.opt.zero_grad(set_to_none=True)
@@ -376,7 +396,7 @@ class Trainer:
         """This process's rows of the next batch (every process draws the whole batch: generators stay in step)."""
         x, y = data.get_batch(self.train_tokens, self.cfg.batch_size, self.cfg.block_size, self.generator)
         rows = self.procs.rows(self.cfg.batch_size)
-        return x[rows].to(self.device), y[rows].to(self.device)
+        return to_device(x[rows], self.device), to_device(y[rows], self.device)
 
     def progress_fraction(self) -> float:
         by_clock = self.elapsed / (60 * self.cfg.minutes) if self.cfg.minutes is not None else 0.0

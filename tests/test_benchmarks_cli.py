@@ -45,6 +45,10 @@ BAD_OPTIONS = {
     "tokenizer_bench": [["--repeat", "0"], ["--vocab-size", "10"]],
     "train_bench": [["--presets", "nope"], ["--steps", "0"], ["--batch", "0"], ["--device", "tpu"],
                     ["--peak-tflops", "0"]],
+    "step_syncs": [["--steps", "0"], ["--batch", "0"], ["--lr", "-1"], ["--max-params", "0"]],
+    "step_ratio": [["--batch-story", "0"], ["--repeat", "0"], ["--target-mu", "0.7"], ["--pairs", "nope"],
+                   ["--precision", "fp8"], ["--device", "tpu"]],
+    "loop_bench": [["--preset", "nope"], ["--steps", "0"], ["--batch", "0"], ["--warmup", "0"]],
     "wiola_step_bench": [["--batch", "0"], ["--block", "600"], ["--repeat", "-1"], ["--target-mu", "0.7"]],
     "train_runs": [["--presets", "nope"], ["--minutes", "-1"], ["--seeds", "1e3"], ["--steps-of-seed", "-5"],
                    ["--dropout", "2"], ["--set", "d_fff=240"], ["--set", "d_ff=wide"], ["--set", "d_ff"]],
@@ -122,7 +126,7 @@ def test_train_runs_changes_the_model_with_set_and_names_the_runs_after_it(sandb
 # ------------------------------------------------------------------------------------------ the --result file
 RESULT_SCRIPTS = ["ablation", "compile_bench", "convergence", "convergence_cs336", "cs336_step_probe", "diffusion_bench",
                   "extrapolation", "generation_bench", "layouts_bench", "moe_bench", "norm_bench", "scan_bench",
-                  "ssm_bench", "train_runs", "wiola_step_bench"]
+                  "ssm_bench", "train_runs", "wiola_step_bench", "step_syncs", "step_ratio", "loop_bench"]
 OTHERS_RESULT = '{"command": "python benchmarks/convergence_elsewhere.py --seeds 0 1", "arms": {"hours": "of work"}}'
 
 

@@ -74,7 +74,7 @@ def test_every_name_a_lesson_reads_from_the_benchmarks_is_in_analysis_and_read_o
     analysis = lesson.benchmarks()
     assert Path(analysis.__file__) == BENCHMARKS / "analysis.py"
     reads = lesson_reads()
-    assert {n for n, (names, _) in reads.items() if names} == {"01", "05", "11", "12", "13", "14", "15", "16"}
+    assert {n for n, (names, _) in reads.items() if names} == {"01", "05", "09", "11", "12", "13", "14", "15", "16"}
     for number, (names, others) in reads.items():
         assert others == [], f"lesson {number} reaches benchmarks/ other than through lesson.benchmarks(): {others}"
         assert sorted(n for n in names if not hasattr(analysis, n)) == [], f"lesson {number}: not in analysis.py"

@@ -91,12 +91,14 @@ def test_no_import_cycles():
 
 
 def test_the_files_a_learner_reads_stay_small():
-    """The teaching library (minwiola/*.py) is at most 5,550 lines (5,500 until 2026-11-28, when issue 50 added
-    RoPE's inference-time scalings for lesson 12 and the functional SwiGLU the learner's is compared with: 47 lines);
-    train.py at most 500, its Trainer under 200; each entry forward a few lines."""
+    """The teaching library (minwiola/*.py) is at most 5,610 lines (5,500 until 2026-11-28, when issue 50 added
+    RoPE's inference-time scalings for lesson 12 and the functional SwiGLU the learner's is compared with: 47 lines;
+    5,550 until 2026-11-29, when issue 52 added ATM's padded lengths, the ids checked once where they come from and
+    the trainer's one read per step); train.py at most 520 (500 until issue 52), its Trainer under 200;
+    each entry forward a few lines."""
     lines = {p.stem: len(p.read_text().splitlines()) for p in LIBRARY.glob("*.py")}
-    assert sum(lines.values()) <= 5550, lines
-    assert lines["train"] <= 500
+    assert sum(lines.values()) <= 5610, lines
+    assert lines["train"] <= 520
     trainer = next(n for n in ast.parse((LIBRARY / "train.py").read_text()).body
                    if isinstance(n, ast.ClassDef) and n.name == "Trainer")
     assert trainer.end_lineno - trainer.lineno + 1 < 200
