@@ -47,7 +47,7 @@ student: setup
 # docs/; a warning (a broken reference, a missing image) fails the build.
 site: setup
 	$(BIN)/python -m sphinx -b html -q -W --keep-going -c docs/site . build/site
-	@echo "website: build/site/docs/site/index.html"
+	@echo "website: build/site/index.html"
 
 bench: setup
 	$(BIN)/python benchmarks/tokenizer_bench.py --repeat 5

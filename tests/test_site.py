@@ -162,7 +162,7 @@ def site(tmp_path_factory):
     try:
         pages = {}
         for page in sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html")
-                           if not p.relative_to(out).parts[0].startswith("_")):
+                           if not p.relative_to(out).parts[0].startswith("_") and p != out / "index.html"):
             pages[page] = browser.visit(base + page)
             if page in ("lessons/06_srpe.html", "lessons/11_training.html"):
                 browser.screenshot(shots / page.replace("/", "_").replace(".html", ".png"))
@@ -184,6 +184,8 @@ def test_every_lesson_and_guide_is_a_page(site):
     wanted = [f"lessons/{p.stem}.html" for p in LESSONS] + [f"docs/{p.stem}.html" for p in (ROOT / "docs").glob("*.md")]
     assert [p for p in wanted if p not in pages] == []
     assert all(pages[f"lessons/{p.stem}.html"]["colab"] >= 1 for p in LESSONS), "a lesson without its Colab link"
+    door = re.search(r'url=([^"]+)"', (out / "index.html").read_text(encoding="utf-8"))   # the site's front door
+    assert door and door[1] in pages
 
 
 def test_no_page_says_an_error_in_the_console(site):

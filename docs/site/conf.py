@@ -18,7 +18,7 @@ project = "minwiola"
 author = "the minwiola authors"
 copyright = "the minwiola authors, MIT licence"
 root_doc = "docs/site/index"
-include_patterns = ["docs/site/index.md", "README.md", "docs/*.md", "data/README.md", "lessons/[0-9][0-9]_*.ipynb"]
+include_patterns = ["docs/site/index.md", "README.md", "AGENTS.md", "docs/*.md", "data/README.md", "lessons/[0-9][0-9]_*.ipynb"]
 exclude_patterns = [".venv", "build", "lessons/mine", "student"]
 
 extensions = ["myst_nb"]
@@ -85,5 +85,14 @@ def link_source_and_lessons(app, doctree, docname):
             text.parent.replace(text, parts)
 
 
+def front_door(app, error):
+    """build/site/index.html: the site's first page is docs/site/index.html (the source folder is the repository)."""
+    if error is None and app.builder.format == "html":
+        (Path(app.outdir) / "index.html").write_text(
+            '<!DOCTYPE html><meta charset="utf-8"><meta http-equiv="refresh" content="0; url=docs/site/index.html">'
+            '<title>minwiola</title><a href="docs/site/index.html">minwiola: the course</a>\n', encoding="utf-8")
+
+
 def setup(app):
     app.connect("doctree-resolved", link_source_and_lessons)
+    app.connect("build-finished", front_door)
