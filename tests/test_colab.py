@@ -70,21 +70,24 @@ def test_elsewhere_the_cell_does_nothing_and_prints_nothing(tmp_path):
 
 @pytest.mark.once
 def test_on_colab_it_installs_the_course_beside_colabs_torch_and_lesson_00_runs(tmp_path):
-    """A fresh environment with a torch, ipykernel and nbclient (what Colab has), and a stand-in google.colab
-    module: lesson 00 runs top to bottom through a kernel, its first cell installing the course, and torch is the
-    one that was there. The torch comes from a wheel on this machine (pip --no-index), never from a download."""
+    """A fresh environment whose preinstalled packages are a torch, numpy, matplotlib, ipykernel, nbclient (what
+    Colab ships; here this environment's, reached through a .pth file, so no torch is ever downloaded and the
+    course's own requirements are found installed, as most are on Colab), and a stand-in google.colab module:
+    lesson 00 runs top to bottom through a kernel, its first cell installing the course, and torch is the one that
+    was there. The course itself is not among them: the cell must install it."""
+    import site
     import torch
     version = torch.__version__
     venv = tmp_path / "colab"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
-    local = subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", f"torch=={version}"],
-                           capture_output=True, text=True)
-    if local.returncode:
-        pytest.skip(f"no wheel of torch {version} on this machine to build a Colab-like environment from "
-                    "(this test downloads no torch)")
-    subprocess.run([py, "-m", "pip", "install", "-q", f"torch=={version}", "ipykernel", "nbclient", "nbformat"],
-                   check=True)                                     # torch's own requirements, and Colab's kernel
+    inside = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    (Path(inside) / "colab_preinstalled.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    before = subprocess.run([py, "-c", "import torch; import importlib.util as u; "
+                             "print(torch.__version__, u.find_spec('minwiola') is None)"],
+                            capture_output=True, text=True, check=True, cwd=tmp_path).stdout.split()
+    assert before == [version, "True"]                             # torch there, the course not yet
     stub = tmp_path / "stub" / "google" / "colab"                  # a namespace `google`, as protobuf's is
     stub.mkdir(parents=True)
     (stub / "__init__.py").write_text('"""A stand-in: importable, as google.colab is on Colab."""\n')
@@ -100,6 +103,6 @@ def test_on_colab_it_installs_the_course_beside_colabs_torch_and_lesson_00_runs(
                           env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
     after = subprocess.run([py, "-c", "import torch, minwiola; print(torch.__version__, minwiola.__file__)"],
-                           capture_output=True, text=True, check=True).stdout.split()
+                           capture_output=True, text=True, check=True, cwd=tmp_path).stdout.split()
     assert after[0] == version                                      # the torch that was there, untouched
     assert Path(after[1]).resolve().is_relative_to(ROOT)             # the course, installed from its clone
