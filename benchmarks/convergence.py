@@ -84,9 +84,9 @@ the Wiola parts learned (experiments.learned, from the best weights: GCLA's beta
 dimension on held-out text, WiolaRMSNorm's offsets delta against the input they shift) and ATM's mu at every
 evaluation.
 
-Runs live in --runs/ARM-lrRATE-sSEED. The result (--result, and its .png) is rewritten after every run
-("partial": true until every arm has every seed), with the commit of every launch, the hardware, the data, the
-thread count and each run's wall time.
+Runs live in --runs/ARM-lrRATE-sSEED. The result (--result) is rewritten after every run ("partial": true until
+every arm has every seed), with the commit of every launch, the hardware, the data, the thread count and each run's
+wall time; its figure (.png) at most once a minute, and at the launch's end.
 
     python benchmarks/convergence.py --report      # the table, from --result
 
@@ -465,11 +465,18 @@ def main(argv: list[str] | None = None) -> int:
     if same and old.get("atm_calibration"):
         result["atm_calibration"] = old["atm_calibration"]
 
-    def save() -> None:
+    drawn = [-math.inf]                               # when save() last drew the figure
+
+    def save(final: bool = False) -> None:
+        """--result after every run; its figure at most once a minute, and at the end (drawing it takes seconds:
+        most of a tiny launch's time, nothing next to a real run)."""
+        draw = final or time.monotonic() - drawn[0] >= 60
         with locked(Path(args.runs)):
             take_others(result, path, args.arms)
             summarise(result, args)
-            write_result(result, path, plot, args.overwrite)
+            write_result(result, path, plot if draw else None, args.overwrite)
+        if draw:
+            drawn[0] = time.monotonic()
 
     def arm_entry(name: str) -> dict:
         arm = result["arms"].setdefault(name, {"sweep": {}, "seeds": {}})
@@ -588,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
         own |= {n: own[ARMS[n]["rate_from"]] for n in ARMS      # an arm that trains at another's tau (srpe-offset)
                 if n not in own and "atm" in ARMS[n]["parts"] and ARMS[n]["rate_from"] in own}
         result["timing"] = timing(result["atm_calibration"]["tau"], args, own, trained_runs(result, Path(args.runs)))
-        save()
+        save(final=True)
         return 0
     log(f"launch {launch}; {tokens:,} training tokens, {result['passes']:.1f} passes per run")
     save()
@@ -611,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
                 if entry is not None:
                     result["arms"][name]["seeds"][str(seed)] = entry
                     save()
-    save()
+    save(final=True)
     log("done" + (" (partial)" if result["partial"] else ""))
     if args.pid_file and Path(args.pid_file).read_text().strip() == str(os.getpid()):
         Path(args.pid_file).unlink()
