@@ -118,7 +118,7 @@ import torch
 from analysis import convergence_plot as plot
 from common import (ROOT, check_configs, commit, decide, hardware, model_shape, natural_int, nice_group,
                     positive_float, positive_int, proportion, read_result, result_options, seed_int, step_times, target_merge_ratio,
-                    register, train_or_reuse, user_errors, write_result)
+                    register, Sometimes, train_or_reuse, user_errors, write_result)
 from experiments import BASE, FIVE, PARTS, calibrate_tau, closest_d_ff, flatness, learned, log, summary, uncommitted
 
 from minwiola import data
@@ -465,18 +465,14 @@ def main(argv: list[str] | None = None) -> int:
     if same and old.get("atm_calibration"):
         result["atm_calibration"] = old["atm_calibration"]
 
-    drawn = [-math.inf]                               # when save() last drew the figure
+    now_and_then = Sometimes()
 
     def save(final: bool = False) -> None:
-        """--result after every run; its figure at most once a minute, and at the end (drawing it takes seconds:
-        most of a tiny launch's time, nothing next to a real run)."""
-        draw = final or time.monotonic() - drawn[0] >= 60
+        """--result after every run; its figure at most once a minute, and at the end."""
         with locked(Path(args.runs)):
             take_others(result, path, args.arms)
             summarise(result, args)
-            write_result(result, path, plot if draw else None, args.overwrite)
-        if draw:
-            drawn[0] = time.monotonic()
+            write_result(result, path, plot if final or now_and_then() else None, args.overwrite)
 
     def arm_entry(name: str) -> dict:
         arm = result["arms"].setdefault(name, {"sweep": {}, "seeds": {}})
