@@ -47,7 +47,7 @@ The machine's load average is recorded at the start and the end of every step: t
 times grow with load.
 
 Writes results/scale_bench.json after every step ("partial": true until the last) and results/scale_bench.png (peak
-memory and wall time against corpus size), and prints a table. --quick: one tiny size, for tests.
+memory and wall time against corpus size; at most once a minute, and at the end), and prints a table. --quick: one tiny size, for tests.
 """
 from __future__ import annotations
 
