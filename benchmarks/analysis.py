@@ -173,7 +173,7 @@ def operations_profile(decode, n: int) -> dict[str, float]:
 
 NORM_ARMS = ("rmsnorm", "wiola")                    # the reference first: every comparison is wiola vs rmsnorm
 NORM_SEEDS = (0, 1, 2)
-NORM_SIZE = {"full": (300, 16), "quick": (100, 8)}  # (steps, windows per batch) of the full run and of quick mode
+NORM_SIZE = {"full": (300, 16), "quick": (100, 4)}  # (steps, windows per batch) of the full run and of quick mode
 
 
 def mean_pairwise_cosine(h) -> float:

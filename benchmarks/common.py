@@ -254,6 +254,21 @@ def read_result(path: str | Path, script: str | None = None, overwrite: bool = F
     return result
 
 
+class Sometimes:
+    """Called, True at most once every `seconds` (the first call included). A benchmark saves its result after every
+    run or step; drawing its figure takes seconds (most of a tiny test launch's time, nothing next to a real run), so
+    it draws when this says so, and at its end."""
+
+    def __init__(self, seconds: float = 60):
+        self.seconds, self.last = seconds, -math.inf
+
+    def __call__(self) -> bool:
+        if time.monotonic() - self.last < self.seconds:
+            return False
+        self.last = time.monotonic()
+        return True
+
+
 def write_result(result: dict, path: Path, plot=None, overwrite: bool = False) -> None:
     """A benchmark's result file, written whole (a temporary file renamed over it, so a reader never meets half a
     file), then its figure beside it (`plot(result, path.with_suffix(".png"))`); a figure that fails is reported on

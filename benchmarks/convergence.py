@@ -84,9 +84,9 @@ the Wiola parts learned (experiments.learned, from the best weights: GCLA's beta
 dimension on held-out text, WiolaRMSNorm's offsets delta against the input they shift) and ATM's mu at every
 evaluation.
 
-Runs live in --runs/ARM-lrRATE-sSEED. The result (--result, and its .png) is rewritten after every run
-("partial": true until every arm has every seed), with the commit of every launch, the hardware, the data, the
-thread count and each run's wall time.
+Runs live in --runs/ARM-lrRATE-sSEED. The result (--result) is rewritten after every run ("partial": true until
+every arm has every seed), with the commit of every launch, the hardware, the data, the thread count and each run's
+wall time; its figure (.png) at most once a minute, and at the launch's end.
 
     python benchmarks/convergence.py --report      # the table, from --result
 
@@ -118,7 +118,7 @@ import torch
 from analysis import convergence_plot as plot
 from common import (ROOT, check_configs, commit, decide, hardware, model_shape, natural_int, nice_group,
                     positive_float, positive_int, proportion, read_result, result_options, seed_int, step_times, target_merge_ratio,
-                    register, train_or_reuse, user_errors, write_result)
+                    register, Sometimes, train_or_reuse, user_errors, write_result)
 from experiments import BASE, FIVE, PARTS, calibrate_tau, closest_d_ff, flatness, learned, log, summary, uncommitted
 
 from minwiola import data
@@ -465,11 +465,14 @@ def main(argv: list[str] | None = None) -> int:
     if same and old.get("atm_calibration"):
         result["atm_calibration"] = old["atm_calibration"]
 
-    def save() -> None:
+    now_and_then = Sometimes()
+
+    def save(final: bool = False) -> None:
+        """--result after every run; its figure at most once a minute, and at the end."""
         with locked(Path(args.runs)):
             take_others(result, path, args.arms)
             summarise(result, args)
-            write_result(result, path, plot, args.overwrite)
+            write_result(result, path, plot if final or now_and_then() else None, args.overwrite)
 
     def arm_entry(name: str) -> dict:
         arm = result["arms"].setdefault(name, {"sweep": {}, "seeds": {}})
@@ -588,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
         own |= {n: own[ARMS[n]["rate_from"]] for n in ARMS      # an arm that trains at another's tau (srpe-offset)
                 if n not in own and "atm" in ARMS[n]["parts"] and ARMS[n]["rate_from"] in own}
         result["timing"] = timing(result["atm_calibration"]["tau"], args, own, trained_runs(result, Path(args.runs)))
-        save()
+        save(final=True)
         return 0
     log(f"launch {launch}; {tokens:,} training tokens, {result['passes']:.1f} passes per run")
     save()
@@ -611,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
                 if entry is not None:
                     result["arms"][name]["seeds"][str(seed)] = entry
                     save()
-    save()
+    save(final=True)
     log("done" + (" (partial)" if result["partial"] else ""))
     if args.pid_file and Path(args.pid_file).read_text().strip() == str(os.getpid()):
         Path(args.pid_file).unlink()

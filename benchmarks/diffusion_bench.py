@@ -56,8 +56,8 @@ the text after the blank given everything before it (does the fill lead into wha
 the reference. The first story that fits whole is kept as the example (its index in the held-out split and both
 models' outputs; never the story's text).
 
-The result (and .png) is rewritten after every run, merged with what another process wrote there, so a partial
-result is never lost ("partial": true until both arms have a full sweep and every seed, and the samples exist).
+The result is rewritten after every run (its .png at most once a minute, and at the end), merged with what
+another process wrote there, so a partial result is never lost ("partial": true until both arms have a full sweep and every seed, and the samples exist).
 """
 import argparse
 import json
@@ -74,7 +74,7 @@ from analysis import (DIFFUSION_ARMS as ARMS, blank_span, diffusion_arm_config a
                       diffusion_counts as counts, diffusion_plot as plot, diffusion_report as report)
 from common import (ROOT, best_eval, check_configs, commit, decide, hardware, model_shape, non_negative_float,
                     positive_float, positive_int, read_result, register, result_options, seed_int, train_or_reuse, user_errors,
-                    write_result)
+                    Sometimes, write_result)
 
 from minwiola import data, diffusion, sha256_file
 from minwiola.generate import STORY_MODEL, generate_ids, load_model, words
@@ -308,7 +308,10 @@ def summarise(result: dict) -> None:
                              for n in ARMS) or "generation" not in result or "infilling" not in result)
 
 
-def write(result: dict, path: Path, overwrite: bool) -> None:
+NOW_AND_THEN = Sometimes()         # write's figure: at most once a minute, and at the launch's end
+
+
+def write(result: dict, path: Path, overwrite: bool, final: bool = False) -> None:
     """Merge into what is on disk (another process may have written its runs), then replace atomically (a file
     that is not this script's result only with --overwrite)."""
     if path.exists():
@@ -323,7 +326,7 @@ def write(result: dict, path: Path, overwrite: bool) -> None:
                 if key in disk and key not in result:
                     result[key] = disk[key]
     summarise(result)
-    write_result(result, path, plot, overwrite)
+    write_result(result, path, plot if final or NOW_AND_THEN() else None, overwrite)
 
 
 # -------------------------------------------------------------------------------------------------- main
@@ -438,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
             write(result, path, args.overwrite)
         else:
             print("samples: both arms need a finished seed-0 run at their best rate", flush=True)
-    write(result, path, args.overwrite)
+    write(result, path, args.overwrite, final=True)
     return 0
 
 

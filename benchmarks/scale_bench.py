@@ -47,7 +47,7 @@ The machine's load average is recorded at the start and the end of every step: t
 times grow with load.
 
 Writes results/scale_bench.json after every step ("partial": true until the last) and results/scale_bench.png (peak
-memory and wall time against corpus size), and prints a table. --quick: one tiny size, for tests.
+memory and wall time against corpus size; at most once a minute, and at the end), and prints a table. --quick: one tiny size, for tests.
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ import time
 from pathlib import Path
 
 from common import (ROOT, commit, hardware, positive_float, positive_int, proportion, save_or_return, seed_int,
-                    user_errors, write_result)
+                    Sometimes, user_errors, write_result)
 
 OFFICIAL = {"train": ("TinyStories-train.txt", 1_924_281_556), "valid": ("TinyStories-valid.txt", 19_447_282)}
 SEP = "\n<|endoftext|>\n"
@@ -967,9 +967,12 @@ def main(argv: list[str] | None = None) -> int:
               "uncommitted_in_minwiola": uncommitted(),
               "targets": {}, "sizes": {}, "partial": True}
 
-    def save():
+    now_and_then = Sometimes()
+
+    def save(final: bool = False):
+        """The result after every step; its figure at most once a minute, and at the end."""
         result["targets"] = summarise(result)
-        write_result(result, path, plot=plot)
+        write_result(result, path, plot=plot if final or now_and_then() else None)
 
     with workspace(args.tmp) as work:
         for factor in sizes:
@@ -978,7 +981,7 @@ def main(argv: list[str] | None = None) -> int:
     result["partial"] = False
     result["commit_at_end"] = commit()
     result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    save()
+    save(final=True)
     report(result)
     return 0
 

@@ -67,7 +67,7 @@ from analysis import (MIXERS, SSM_ARMS as ARMS, SSM_REFERENCE as REFERENCE, prob
                       ssm_arm_config as arm_config, ssm_fresh_seeds as fresh_seeds, ssm_plot as plot)
 from common import (ROOT, best_eval, best_of, check_configs, commit, decide, hardware, model_shape, positive_float,
                     positive_int, read_result, register, result_options, seed_int, step_times, train_or_reuse, user_errors,
-                    write_result)
+                    Sometimes, write_result)
 
 from minwiola import data
 from minwiola.budget import count_params, kv_cache_bytes, state_bytes
@@ -245,7 +245,10 @@ def resummarise(result: dict) -> None:
     result["verdicts"] = decide(result)
 
 
-def write(result: dict, path: Path, overwrite: bool) -> None:
+NOW_AND_THEN = Sometimes()         # write's figure: at most once a minute, and at the launch's end
+
+
+def write(result: dict, path: Path, overwrite: bool, final: bool = False) -> None:
     """Merge into what is on disk (another process may have written its arms or costs), then replace atomically (a
     file that is not this script's result only with --overwrite). A run that trained no arm (costs only) keeps the
     command, commit and probe counts of the runs that did."""
@@ -266,7 +269,7 @@ def write(result: dict, path: Path, overwrite: bool) -> None:
             if result["costs"] is None:
                 result.pop("costs")
     resummarise(result)
-    write_result(result, path, plot, overwrite)
+    write_result(result, path, plot if final or NOW_AND_THEN() else None, overwrite)
 
 
 def report(result: dict) -> str:
@@ -383,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         comparison(result, args, windows, path)
     if "long" in args.parts:
         longer(result, args, windows, path)
-    write(result, path, args.overwrite)
+    write(result, path, args.overwrite, final=True)
     return 0
 
 

@@ -255,6 +255,19 @@ def fake_training(monkeypatch, runs, interrupt):
     monkeypatch.setattr(b, "plot", None)
 
 
+def test_the_figure_is_drawn_once_a_minute_and_at_the_end_not_after_every_run(tmp_path, monkeypatch):
+    """--result is saved after every run; drawing its figure takes seconds (most of a tiny launch's time): the first
+    save and the launch's last draw it, from the result as written."""
+    runs = tmp_path / "runs"
+    fake_training(monkeypatch, runs, lambda name, seed: None)
+    drawn = []
+    monkeypatch.setattr(convergence, "plot", lambda result, path: drawn.append(json.dumps(result)))
+    result = tmp_path / "c.json"
+    assert convergence.main(["--runs", str(runs), "--result", str(result), "--extend", "0"]) == 0
+    assert len(drawn) == 2 and json.loads(drawn[-1]) == json.loads(result.read_text())
+    assert json.loads(drawn[-1])["partial"] is False and not json.loads(drawn[0])["arms"]
+
+
 def test_two_processes_with_disjoint_arms_share_one_result(tmp_path, monkeypatch):
     """The second process (its arms: llama-style+gcla, wiola-srpe-offset) runs whole while the first is inside
     wiola's first run: after the first writes again, the file still holds the second's arms, and both launches;

@@ -154,6 +154,7 @@ def test_a_tiny_run_end_to_end(tmp_path):
     assert inf["stories"] == 3 and inf["mean"]["original"]["exact"] == 1.0
     assert inf["example"] is None or inf["example"]["forward_passes"] == 4
     assert (tmp_path / "diffusion.png").exists() and "| diffusion, blocks of 16 | 4 |" in b.report(r)
+    assert (tmp_path / "diffusion.png").stat().st_mtime_ns >= result.stat().st_mtime_ns   # drawn by the last write
     before = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert set(before) == {f"{arm}-lr{lr}-s0" for arm in b.ARMS for lr in ("0.003", "0.01")} | \
         {f"{arm}-lr{r['arms'][arm]['best_lr']:g}-s1" for arm in b.ARMS}           # the sweep, then seed 1 at the best

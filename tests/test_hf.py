@@ -253,6 +253,15 @@ def test_merges_cover_every_split():
     assert hf.hf_tokenizer(tok, chat=False).encode("abcd") == tok.encode("abcd") == [259]
 
 
+def test_the_byte_alphabet_is_one_read_only_table():
+    """hf_text spells some 14,000 tokens and rules per tokenizer: its table is built once (16 s a tokenizer when
+    each call built it) and shared, so no caller may change it."""
+    table = hf.byte_to_unicode()
+    assert hf.byte_to_unicode() is table and len(set(table.values())) == 256 and table[ord("A")] == "A"
+    with pytest.raises(TypeError):
+        table[ord("A")] = "B"
+
+
 def test_course_tokenizer_inverts_hf_tokenizer():
     tok = default_tokenizer()
     back = hf.course_tokenizer(hf.hf_tokenizer(tok), n_ids=tok.vocab_size)

@@ -130,6 +130,7 @@ def test_a_tiny_run_measures_every_step(tmp_path):
     assert steps["trainer"]["first_step_s"] is not None and steps["trainer"]["cache_was_warm"]
     assert not (tmp_path / "work").exists()                          # made by the run, deleted by it
     assert result.with_suffix(".png").stat().st_size > 10_000
+    assert result.with_suffix(".png").stat().st_mtime_ns >= result.stat().st_mtime_ns   # drawn by the last save
     assert set(r["targets"]) >= {"peak_under_2gib_at_full_size", "flat_memory", "failed_steps"}
     assert r["targets"]["failed_steps"] == []
 

@@ -177,6 +177,7 @@ SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinystories"
 
 
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="the TinyStories sample is not beside this checkout")
+@pytest.mark.once          # the sample named here, pure Python: CI runs it in its first pass only
 def test_shipped_tokenizer_is_reproducible(monkeypatch, shipped):
     monkeypatch.setenv("MINWIOLA_DATA", str(SAMPLE))
     retrained = Tokenizer.train(data.EOT.join(data.load_stories("train")), 4096)

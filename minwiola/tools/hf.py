@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import itertools
 import json
 import sys
 from pathlib import Path
+from types import MappingProxyType
 
 import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationMixin, PretrainedConfig,
@@ -237,14 +239,16 @@ AutoTokenizer.register(WiolaConfig, fast_tokenizer_class=PreTrainedTokenizerFast
 # The tokenizer
 # ----------------------------------------------------------------------------------------------------
 
-def byte_to_unicode() -> dict[int, str]:
+@functools.cache          # hf_text asks for it once per token and per rule (some 14,000 times a tokenizer): built once
+def byte_to_unicode() -> MappingProxyType[int, str]:
     """GPT-2's printable stand-in for each byte, the alphabet of byte-level vocabularies in `tokenizer.json`:
-    printable bytes stand for themselves, the other 68 take the characters from U+0100 on, in byte order."""
+    printable bytes stand for themselves, the other 68 take the characters from U+0100 on, in byte order. One
+    table shared by every caller, so read-only."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     others = [b for b in range(256) if b not in printable]
     table = {b: chr(b) for b in printable}
     table.update({b: chr(256 + i) for i, b in enumerate(others)})
-    return table
+    return MappingProxyType(table)
 
 
 def hf_text(token: bytes) -> str:
