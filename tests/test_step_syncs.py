@@ -14,6 +14,8 @@ from minwiola.tools import launch
 from minwiola.train import Trainer
 from helpers import tiny
 
+pytestmark = pytest.mark.once       # its own models, ids and data: the same whatever the data source and threads
+
 
 def one_step_reads(name: str, **changes) -> tuple[int, int]:
     torch.manual_seed(0)
