@@ -82,13 +82,16 @@ def merged_lengths(name: str, tokens, steps: int, batch: int, block: int, lr: fl
 
 
 def report(result: dict) -> str:
-    rows = ["| preset | parameters | operations per step | host reads per step | of them | ATM layers |",
-            "|---|---|---|---|---|---|"]
+    before = result.get("before", {}).get("presets", {})
+    rows = ["| preset | parameters | operations per step | host reads per step | of them | before | ATM layers |",
+            "|---|---|---|---|---|---|---|"]
     for name, r in result["presets"].items():
         if "skipped" in r:
             continue
         kinds = ", ".join(f"{k} {v}" for k, v in r["by_kind"].items()) or "-"
-        rows.append(f"| {name} | {r['params']:,} | {r['ops']:,} | {r['host_reads']} | {kinds} | {r['atm_layers']} |")
+        was = before.get(name, {}).get("host_reads", "-")
+        rows.append(f"| {name} | {r['params']:,} | {r['ops']:,} | {r['host_reads']} | {kinds} | {was} | "
+                    f"{r['atm_layers']} |")
     rows += ["", "| preset | steps | distinct lengths, unpadded | distinct lengths, padded | padded lengths | mean mu |",
              "|---|---|---|---|---|---|"]
     for name, r in result["shapes"].items():
