@@ -88,25 +88,34 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """Next token ids (B,) from logits (B, V)."""
     check_sampling(temperature, top_k, top_p)
+    return draw(logits, temperature, top_k, top_p, generator)
+
+
+def draw(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
+         generator: torch.Generator | None) -> torch.Tensor:
+    """`sample_next` with settings already checked (`check_sampling`): a decoding loop checks them once, before
+    its first token, not at every token."""
     if temperature == 0:
         check_logits(logits)
         return logits.argmax(-1)
     scaled = logits.float() / temperature
-    # softmax(z / t) needs a finite largest value in each row. One check of z / t catches the logits' own faults
-    # (check_logits then names them) and a tiny t (1e-45), which overflows z / t to +inf (or every entry to
-    # -inf), where softmax would answer NaN. Then t is too small for these logits; greedy is its limit.
-    if not torch.isfinite(scaled.amax(-1)).all():
-        check_logits(logits)
-        raise ValueError(f"temperature={temperature} is too small for these logits: logits / temperature overflows "
-                         f"float32, so no distribution is left to sample from; use temperature=0 for greedy "
-                         f"decoding")
     if top_k is not None and top_k < scaled.shape[-1]:
         keep = torch.zeros_like(scaled, dtype=torch.bool).scatter(-1, scaled.topk(top_k, dim=-1).indices, True)
         scaled = scaled.masked_fill(~keep, float("-inf"))   # exactly k survive, even when scores tie
     if top_p is not None and top_p < 1:
         scaled = top_p_filter(scaled, top_p)
     probs = torch.softmax(scaled, -1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    try:
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    except RuntimeError:
+        # softmax(z / t) is NaN when z holds NaN or +inf, when a row is -inf only, or when t is so small that
+        # z / t overflows (1e-45): multinomial checks its probabilities before it draws (one look at the data,
+        # which it takes anyway) and refuses. Here we say which of those it was: check_logits names the logits'
+        # own faults; otherwise t is too small for these logits, and greedy is its limit.
+        check_logits(logits)
+        raise ValueError(f"temperature={temperature} is too small for these logits: logits / temperature overflows "
+                         f"float32, so no distribution is left to sample from; use temperature=0 for greedy "
+                         f"decoding") from None
 
 
 def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
@@ -137,14 +146,15 @@ def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, t
         logits = model(idx, cache)[:, -1, :n_ids]          # with max_new_tokens=0 still run: it checks the prompt
         done = torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
         for step in range(max_new_tokens):
-            nxt = sample_next(logits, temperature, top_k, top_p, generator)
+            nxt = draw(logits, temperature, top_k, top_p, generator)     # the settings were checked above
             idx = torch.cat([idx, nxt[:, None]], dim=1)
             if stop_id is not None:
                 done |= nxt == stop_id
                 if done.all():
                     break
-            if step + 1 < max_new_tokens:
-                logits = (model(nxt[:, None], cache) if use_cache else model(idx))[:, -1, :n_ids]
+            if step + 1 < max_new_tokens:      # ids the loop sampled, below n_ids: no need to check their values
+                new = model(nxt[:, None], cache, ids_checked=True) if use_cache else model(idx, ids_checked=True)
+                logits = new[:, -1, :n_ids]
     return idx.clone()          # out here, a plain tensor again: one made in inference mode cannot enter autograd
 
 
