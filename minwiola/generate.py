@@ -86,15 +86,9 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Next token ids (B,) from logits (B, V)."""
+    """Next token ids (B,) from logits (B, V). The settings' check is a few comparisons of Python numbers; the
+    logits' own check is folded into multinomial's (below), so a decoding loop pays for no extra pass."""
     check_sampling(temperature, top_k, top_p)
-    return draw(logits, temperature, top_k, top_p, generator)
-
-
-def draw(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
-         generator: torch.Generator | None) -> torch.Tensor:
-    """`sample_next` with settings already checked (`check_sampling`): a decoding loop checks them once, before
-    its first token, not at every token."""
     if temperature == 0:
         check_logits(logits)
         return logits.argmax(-1)
@@ -146,7 +140,7 @@ def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, t
         logits = model(idx, cache)[:, -1, :n_ids]          # with max_new_tokens=0 still run: it checks the prompt
         done = torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
         for step in range(max_new_tokens):
-            nxt = draw(logits, temperature, top_k, top_p, generator)     # the settings were checked above
+            nxt = sample_next(logits, temperature, top_k, top_p, generator)
             idx = torch.cat([idx, nxt[:, None]], dim=1)
             if stop_id is not None:
                 done |= nxt == stop_id
