@@ -44,10 +44,8 @@ class MLP(nn.Module):
         self.down = nn.Linear(hidden, d, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # W2 act(W1 x + b1) + b2 from the layers' weights: a module call costs more than a decode step's small
-        # matrix product (lesson 04's generation benchmark), and self.up(x) would make one per layer and token
-        h = self.act(F.linear(x, self.up.weight, self.up.bias))
-        return F.linear(h, self.down.weight, self.down.bias)
+        h = self.act(F.linear(x, self.up.weight, self.up.bias))   # = self.up(x) without a module call, which
+        return F.linear(h, self.down.weight, self.down.bias)      # costs more than a decode step's product
 
 
 def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,

@@ -86,8 +86,7 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Next token ids (B,) from logits (B, V). The settings' check is a few comparisons of Python numbers; the
-    logits' own check is folded into multinomial's (below), so a decoding loop pays for no extra pass."""
+    """Next token ids (B,) from logits (B, V)."""
     check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         check_logits(logits)
@@ -102,14 +101,11 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     try:
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     except RuntimeError:
-        # softmax(z / t) is NaN when z holds NaN or +inf, when a row is -inf only, or when t is so small that
-        # z / t overflows (1e-45): multinomial checks its probabilities before it draws (one look at the data,
-        # which it takes anyway) and refuses. Here we say which of those it was: check_logits names the logits'
-        # own faults; otherwise t is too small for these logits, and greedy is its limit.
+        # multinomial checks its input anyway and refuses NaN, which softmax(z / t) holds when z has NaN or +inf, a
+        # row of -inf only, or t is so small (1e-45) that z / t overflows: check_logits names z's faults, else t's
         check_logits(logits)
         raise ValueError(f"temperature={temperature} is too small for these logits: logits / temperature overflows "
-                         f"float32, so no distribution is left to sample from; use temperature=0 for greedy "
-                         f"decoding") from None
+                         "float32, so no distribution is left to sample from; use temperature=0 for greedy decoding")
 
 
 def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
@@ -146,9 +142,8 @@ def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, t
                 done |= nxt == stop_id
                 if done.all():
                     break
-            if step + 1 < max_new_tokens:      # ids the loop sampled, below n_ids: no need to check their values
-                new = model(nxt[:, None], cache, ids_checked=True) if use_cache else model(idx, ids_checked=True)
-                logits = new[:, -1, :n_ids]
+            if step + 1 < max_new_tokens:      # ids it sampled (below n_ids) need no check of their values
+                logits = model(nxt[:, None] if use_cache else idx, cache, ids_checked=True)[:, -1, :n_ids]
     return idx.clone()          # out here, a plain tensor again: one made in inference mode cannot enter autograd
 
 
