@@ -308,10 +308,10 @@ class MultiHeadAttention(nn.Module):
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries (B, H, T, d_h), keys and values (B, H_kv, T, d_h)."""
         B, T, _ = x.shape
-        if self.qkv_layout == "unified":
-            q, k, v = self.qkv(x).chunk(3, dim=-1)   # the seeking, offering and content bands
-        else:
-            q, k, v = self.q(x), self.k(x), self.v(x)
+        if self.qkv_layout == "unified":            # the seeking, offering and content bands, each cut into heads:
+            qkv = F.linear(x, self.qkv.weight, self.qkv.bias)   # = self.qkv(x) without a module call (lesson 04)
+            return qkv.view(B, T, 3, self.H, self.d_h).permute(2, 0, 3, 1, 4).unbind()   # 3 x (B, H, T, d_h)
+        q, k, v = self.q(x), self.k(x), self.v(x)
         heads = lambda t, n: t.view(B, T, n, self.d_h).transpose(1, 2)  # noqa: E731
         return heads(q, self.H), heads(k, self.H_kv), heads(v, self.H_kv)
 
@@ -414,7 +414,7 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and not self.causal:
             raise ValueError("attention with causal=False has no incremental decoding (no KV cache)")
         _, q, k, v = self.heads(x, cache, positions)
-        return self.out(self.merge_heads(self.attend(q, k, v, positions)))
+        return F.linear(self.merge_heads(self.attend(q, k, v, positions)), self.out.weight, self.out.bias)
 
 
 class PagedKVCache:

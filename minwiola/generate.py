@@ -92,21 +92,20 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
         check_logits(logits)
         return logits.argmax(-1)
     scaled = logits.float() / temperature
-    # softmax(z / t) needs a finite largest value in each row. One check of z / t catches the logits' own faults
-    # (check_logits then names them) and a tiny t (1e-45), which overflows z / t to +inf (or every entry to
-    # -inf), where softmax would answer NaN. Then t is too small for these logits; greedy is its limit.
-    if not torch.isfinite(scaled.amax(-1)).all():
-        check_logits(logits)
-        raise ValueError(f"temperature={temperature} is too small for these logits: logits / temperature overflows "
-                         f"float32, so no distribution is left to sample from; use temperature=0 for greedy "
-                         f"decoding")
     if top_k is not None and top_k < scaled.shape[-1]:
         keep = torch.zeros_like(scaled, dtype=torch.bool).scatter(-1, scaled.topk(top_k, dim=-1).indices, True)
         scaled = scaled.masked_fill(~keep, float("-inf"))   # exactly k survive, even when scores tie
     if top_p is not None and top_p < 1:
         scaled = top_p_filter(scaled, top_p)
     probs = torch.softmax(scaled, -1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    try:
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    except RuntimeError:
+        # multinomial checks its input anyway and refuses NaN, which softmax(z / t) holds when z has NaN or +inf, a
+        # row of -inf only, or t is so small (1e-45) that z / t overflows: check_logits names z's faults, else t's
+        check_logits(logits)
+        raise ValueError(f"temperature={temperature} is too small for these logits: logits / temperature overflows "
+                         "float32, so no distribution is left to sample from; use temperature=0 for greedy decoding")
 
 
 def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
@@ -143,8 +142,8 @@ def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, t
                 done |= nxt == stop_id
                 if done.all():
                     break
-            if step + 1 < max_new_tokens:
-                logits = (model(nxt[:, None], cache) if use_cache else model(idx))[:, -1, :n_ids]
+            if step + 1 < max_new_tokens:      # ids it sampled (below n_ids) need no check of their values
+                logits = model(nxt[:, None] if use_cache else idx, cache, ids_checked=True)[:, -1, :n_ids]
     return idx.clone()          # out here, a plain tensor again: one made in inference mode cannot enter autograd
 
 

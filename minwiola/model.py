@@ -665,7 +665,7 @@ class LanguageModel(nn.Module):
             else:
                 x = block(x, layer_cache, context)
         h = self.norm(x)
-        return h @ self.embed.weight.T if self.head is None else self.head(h)   # tied head: Wiola eq. 7
+        return F.linear(h, self.embed.weight) if self.head is None else self.head(h)   # tied head h E^T: Wiola eq. 7
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean next-token cross-entropy in nats per token (eq. 42)."""

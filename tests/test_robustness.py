@@ -153,6 +153,26 @@ def test_generate_refuses_a_model_that_outputs_nan():
             generate_ids(model, torch.tensor([[1, 5]]), 3, temperature=temperature)
 
 
+
+def test_the_decoding_loop_checks_once_and_still_refuses_what_goes_wrong_later():
+    """generate_ids checks the prompt and the settings before its loop, not at each token; a fault that appears
+    only in the loop (logits turning NaN after a sampled token) is still refused with its own message."""
+    torch.manual_seed(0)
+    model = LanguageModel(preset("tiny-llama"))
+    prompt = torch.tensor([[0]])
+    for bad, match in [(dict(idx=torch.tensor([[0, 64]])), r"token ids must be in \[0, vocab_size=64\)"),
+                       (dict(idx=torch.tensor([[-1]])), "token ids must be in"),
+                       (dict(temperature=-1.0), "temperature must be >= 0"), (dict(top_k=0), "top_k"),
+                       (dict(top_p=1.5), "top_p")]:
+        with pytest.raises(ValueError, match=match):
+            generate_ids(model, **{"idx": prompt, "max_new_tokens": 3, **bad})
+    with torch.no_grad():
+        model.embed.weight[1:] = float("nan")          # the prompt's token is sound, every other one poisons
+    for temperature in (0.8, 1.0):
+        with pytest.raises(ValueError, match="the logits contain NaN"):
+            generate_ids(model, prompt, 8, temperature=temperature, seed=1)
+
+
 # ------------------------------------------------------------------------------------ overlapping specials
 
 def longest_first(text: str, specials) -> list[str]:
