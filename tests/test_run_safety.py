@@ -419,7 +419,7 @@ def test_a_vocabulary_padded_beyond_the_tokenizer_trains_and_never_samples_a_pad
     assert trainer.run()["tokens"] > 0 and "--- step 12" in (tmp_path / "run" / "samples.txt").read_text()
     model, tok = trainer.model.eval(), trainer.tokenizer
     plain = model.forward
-    model.forward = lambda idx, cache=None: plain(idx, cache) + torch.cat(        # the model loves the padding ids
+    model.forward = lambda idx, cache=None, **checked: plain(idx, cache, **checked) + torch.cat(   # loves padding ids
         [torch.zeros(tok.vocab_size), torch.full((4160 - tok.vocab_size,), 1e4)])
     for temperature in (0.0, 1.0):
         story = generate(model, tok, "Once upon a time", 20, temperature=temperature, top_p=None)
