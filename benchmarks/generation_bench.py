@@ -20,7 +20,7 @@ profiler), which do not depend on the machine; and the forward pass's time by ki
 PyTorch's operations, nn.Module's call machinery, minwiola's own lines). Weights are the random initial ones: speed does not depend on
 their values.
 
-`--change TEXT` appends {change, commit, tokens/s, ratio, operations} to the result's history, so each step of
+`--change TEXT` appends {change, commit, machine, tokens/s, ratio, operations} to the result's history, so each step of
 making the library faster says what it bought (lesson 04 shows the history). Writes results/generation_bench.json.
 """
 import argparse
@@ -90,12 +90,13 @@ def where_time_goes(model: LanguageModel, n: int, repeat: int) -> dict:
 
 
 def history_table(result: dict) -> str:
-    """docs/results.md's table: each recorded change, its tokens/s and its ratio to the reference."""
-    rows = ["| change | commit | library tokens/s | reference tokens/s | library / reference | ops per token |",
-            "|---|---|---|---|---|---|"]
+    """docs/results.md's table: each recorded change, the machine it ran on, its tokens/s and its ratio to the
+    reference (tokens/s compare only within one machine; the ratio travels better)."""
+    rows = ["| change | commit | machine | library tokens/s | reference tokens/s | library / reference | ops per token |",
+            "|---|---|---|---|---|---|---|"]
     for row in result.get("history", []):
-        rows.append(f"| {row['change']} | {row['commit']} | {row['library']:,.0f} | {row['reference']:,.0f} | "
-                    f"{row['ratio']:.2f} | {row['library_ops_per_token']:,.0f} |")
+        rows.append(f"| {row['change']} | {row['commit']} | {row['hardware']} | {row['library']:,.0f} | "
+                    f"{row['reference']:,.0f} | {row['ratio']:.2f} | {row['library_ops_per_token']:,.0f} |")
     return "\n".join(rows)
 
 
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
               "library_over_reference_inference_mode": round(rate["library"] / rate["reference, inference mode"], 3),
               "cache_speedup": round(rate["library"] / rate["no cache"], 2), "profiles": profiles,
               "ms_per_token": where_time_goes(model, n, args.repeat), "yocto_claim": YOCTO_CLAIM}
-    row = {"change": args.change, "commit": result["commit"], "library": rate["library"], "reference": rate["reference"],
+    row = {"change": args.change, "commit": result["commit"], "hardware": result["hardware"],
+           "library": rate["library"], "reference": rate["reference"],
            "ratio": result["library_over_reference"], "library_ops_per_token": profiles["library"]["ops_per_token"]}
     result = with_history(result, old, row if args.change else None)
     write_result(result, Path(args.result), overwrite=args.overwrite)
