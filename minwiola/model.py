@@ -547,6 +547,12 @@ class Block(nn.Module):
         out, self.last_slot, self.last_mu = atm.merged_attention(self.mixer, h, self.tau, self.merge_kind, context)
         return out
 
+    def dropout(self, x: torch.Tensor) -> torch.Tensor:
+        """A residual branch's dropout, while training; outside it dropout does nothing, and the call is skipped: a
+        module call and the look-up of `self.drop` cost microseconds, and a small model's decoding is made of such
+        costs (two a block; benchmarks/generation_bench.py's history)."""
+        return self.drop(x) if self.training else x
+
     def stats(self) -> dict[str, float]:
         """{"atm_mu": mu = 1 - T'/T (eq. 33)} of this layer's latest training forward when it merges tokens (the
         trainer logs it: mu is measured, never assumed); {} otherwise."""
@@ -557,10 +563,10 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, cache: DecodingState | None = None, context: torch.Tensor | None = None
                 ) -> torch.Tensor:
         if self.pre:
-            x = x + self.drop(self.mix(self.norm1(x), cache, context))
-            return x + self.drop(self.ffn(self.norm2(x)))
-        x = self.norm1(x + self.drop(self.mix(x, cache, context)))
-        return self.norm2(x + self.drop(self.ffn(x)))
+            x = x + self.dropout(self.mix(self.norm1(x), cache, context))
+            return x + self.dropout(self.ffn(self.norm2(x)))
+        x = self.norm1(x + self.dropout(self.mix(x, cache, context)))
+        return self.norm2(x + self.dropout(self.ffn(x)))
 
 
 class LanguageModel(nn.Module):
@@ -655,7 +661,7 @@ class LanguageModel(nn.Module):
             x = x + self.pos(torch.arange(start, start + idx.shape[1], device=idx.device))
         elif self.config.positions == "sinusoidal":
             x = x + self.pos_table[start:start + idx.shape[1]].to(x.dtype)
-        x = self.drop(x)
+        x = self.drop(x) if self.training else x           # dropout does nothing outside training: skip the call
         previous = None                                     # GCLA: the summary of the previous layer's input
         for i, block in enumerate(self.blocks):
             layer_cache = cache[i] if cache else None
