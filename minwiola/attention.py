@@ -194,10 +194,10 @@ class KVCache(DecodingState):
             shape = (*k.shape[:-2], self.max_len, k.shape[-1])
             self.k = torch.zeros(shape, dtype=k.dtype, device=k.device)
             self.v = torch.zeros(shape, dtype=v.dtype, device=v.device)
-        self.k[..., self.length:self.length + T, :] = k
-        self.v[..., self.length:self.length + T, :] = v
-        self.length += T
-        return self.k[..., :self.length, :], self.v[..., :self.length, :]
+        self.k.narrow(-2, self.length, T).copy_(k)         # positions length .. length + T - 1: narrow is
+        self.v.narrow(-2, self.length, T).copy_(v)         # the slice [..., a:b, :] in one call, without
+        self.length += T                                   # indexing's parsing of the brackets
+        return self.k.narrow(-2, 0, self.length), self.v.narrow(-2, 0, self.length)
 
     def nbytes(self) -> int:
         """Memory held by the cache buffers, in bytes."""

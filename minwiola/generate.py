@@ -91,7 +91,7 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     if temperature == 0:
         check_logits(logits)
         return logits.argmax(-1)
-    scaled = logits.float() / temperature
+    scaled = logits.float() if temperature == 1 else logits.float() / temperature    # z / 1 = z: no division
     if top_k is not None and top_k < scaled.shape[-1]:
         keep = torch.zeros_like(scaled, dtype=torch.bool).scatter(-1, scaled.topk(top_k, dim=-1).indices, True)
         scaled = scaled.masked_fill(~keep, float("-inf"))   # exactly k survive, even when scores tie
@@ -135,16 +135,19 @@ def generate_ids(model: LanguageModel, idx: torch.Tensor, max_new_tokens: int, t
         cache = model.new_cache() if use_cache else None
         logits = model(idx, cache)[:, -1, :n_ids]          # with max_new_tokens=0 still run: it checks the prompt
         done = torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
+        new = []                               # each step's ids (B,), joined to idx once at the end
         for step in range(max_new_tokens):
             nxt = sample_next(logits, temperature, top_k, top_p, generator)
-            idx = torch.cat([idx, nxt[:, None]], dim=1)
+            new.append(nxt)
             if stop_id is not None:
                 done |= nxt == stop_id
                 if done.all():
                     break
             if step + 1 < max_new_tokens:      # ids it sampled (below n_ids) need no check of their values
-                logits = model(nxt[:, None] if use_cache else idx, cache, ids_checked=True)[:, -1, :n_ids]
-    return idx.clone()          # out here, a plain tensor again: one made in inference mode cannot enter autograd
+                seen = nxt.unsqueeze(1) if use_cache else torch.cat([idx, torch.stack(new, 1)], 1)
+                logits = model(seen, cache, ids_checked=True)[:, -1, :n_ids]
+    # out here, a plain tensor: one made in inference mode could not enter autograd
+    return torch.cat([idx, torch.stack(new, 1)], 1) if new else idx.clone()
 
 
 def generate(model: LanguageModel, tokenizer, prompt: str, max_new_tokens: int = 200, temperature: float = 0.8,
