@@ -309,7 +309,8 @@ class MultiHeadAttention(nn.Module):
         """Queries (B, H, T, d_h), keys and values (B, H_kv, T, d_h)."""
         B, T, _ = x.shape
         if self.qkv_layout == "unified":            # the seeking, offering and content bands, each cut into heads:
-            qkv = F.linear(x, self.qkv.weight, self.qkv.bias)   # = self.qkv(x) without a module call (lesson 04)
+            W = self.qkv                            # = self.qkv(x) without a module call (lesson 04), and the
+            qkv = F.linear(x, W.weight, W.bias)     # layer looked up once (nn.Module's look-ups cost a microsecond)
             return qkv.view(B, T, 3, self.H, self.d_h).permute(2, 0, 3, 1, 4).unbind()   # 3 x (B, H, T, d_h)
         q, k, v = self.q(x), self.k(x), self.v(x)
         heads = lambda t, n: t.view(B, T, n, self.d_h).transpose(1, 2)  # noqa: E731
@@ -335,13 +336,12 @@ class MultiHeadAttention(nn.Module):
         view of the table: no copy, no index operation). A module converted to float64 (tests, gradient checks)
         holds float32 tables upcast, right to only about 7 digits; there the rows are computed afresh in float64
         instead, which is exact and cheap (len(p) x d_h/2 numbers). Every other dtype reads its table."""
-        if self.cos.dtype == torch.float64:
+        cos, sin = (self.key_cos, self.key_sin) if side == "key" and self.keys_differ else (self.cos, self.sin)
+        if cos.dtype == torch.float64:
             if isinstance(p, slice):
-                p = torch.arange(p.start, p.stop, device=self.cos.device)
+                p = torch.arange(p.start, p.stop, device=cos.device)
             return self.exact_coefficients(p, side)
-        if side == "key" and self.keys_differ:
-            return self.key_cos[p], self.key_sin[p]
-        return self.cos[p], self.sin[p]
+        return cos[p], sin[p]
 
     def heads(self, x: torch.Tensor, cache: KVCache | None = None, positions: torch.Tensor | None = None
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -359,10 +359,11 @@ class MultiHeadAttention(nn.Module):
         if self.rotates:
             start = cache.length if cache is not None else 0
             cos, sin = self.coefficients(start, T, positions)
-            q = rotate(q, cos, sin)
             if self.keys_differ:                                 # srpe_radius="offset": the inverse radius
-                cos, sin = self.coefficients(start, T, positions, side="key")
-            k = rotate(k, cos, sin)
+                q, k = rotate(q, cos, sin), rotate(k, *self.coefficients(start, T, positions, side="key"))
+            else:                   # queries and keys side by side: one rotation, half the operations of two
+                qk = rotate(torch.cat([q, k], 1), cos, sin)
+                q, k = qk.narrow(1, 0, self.H), qk.narrow(1, self.H, self.H_kv)
         if cache is not None:
             k, v = cache.append(k, v)
         return q_plain, q, k, v
@@ -414,7 +415,8 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and not self.causal:
             raise ValueError("attention with causal=False has no incremental decoding (no KV cache)")
         _, q, k, v = self.heads(x, cache, positions)
-        return F.linear(self.merge_heads(self.attend(q, k, v, positions)), self.out.weight, self.out.bias)
+        out = self.out                              # = self.out(...) without a module call, looked up once
+        return F.linear(self.merge_heads(self.attend(q, k, v, positions)), out.weight, out.bias)
 
 
 class PagedKVCache:

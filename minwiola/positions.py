@@ -176,8 +176,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
     Works for any coefficients: plain RoPE (a rotation) and SRPE (a rotation times a radius).
     """
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
+    x1, x2 = x.chunk(2, -1)                   # the halves (x_j) and (x_{j+d_h/2})
     if cos.dtype != x.dtype:                  # float32 tables, x in bf16 (autocast): rotate in x's dtype
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
