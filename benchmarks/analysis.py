@@ -3,12 +3,15 @@ benchmark's own analysis on its recorded result (its figure, its tables, the fun
 lesson. The scripts import their names back from here, so a lesson and its script run the same code. Lessons load it
 with `minwiola.lesson.benchmarks()`; tests/test_benchmarks_package.py checks that every name a lesson reads is here.
 """
+import cProfile
 import dataclasses
 import math
 import os
+import pstats
 import re
 import statistics
 import time
+import timeit
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,6 +170,33 @@ def operations_profile(decode, n: int) -> dict[str, float]:
     return {"ops_per_token": round(sum(event.count for event in events) / n, 1),
             "ms_in_operations": round(inside / n, 4), "ms_profiled": round(1e3 * wall / n, 4),
             "ms_outside_operations": round((1e3 * wall - inside) / n, 4)}
+
+
+MODULE_FILE = os.path.join("torch", "nn", "modules", "module.py")
+
+
+def python_profile(decode, n: int) -> dict[str, float]:
+    """What Python's profiler counts of `decode(n)`, per written token: every Python-level call (functions, methods,
+    torch's bindings), the `nn.Module` calls among them, and the look-ups `nn.Module` answers itself (its
+    `__getattr__`: a layer, weight or buffer read as `self.name`, which Python first fails to find on the object).
+    Counts, not times: they do not depend on the machine."""
+    decode(n)                                           # warm up outside the count
+    profiler = cProfile.Profile()
+    profiler.runcall(decode, n)
+    calls = {key: row[1] for key, row in pstats.Stats(profiler).stats.items()}   # (file, line, name) -> calls
+    in_module = lambda name: sum(c for (file, _, fn), c in calls.items()                  # noqa: E731
+                                 if fn == name and file.endswith(MODULE_FILE))
+    return {"python_calls_per_token": round(sum(calls.values()) / n, 1),
+            "module_calls_per_token": round(in_module("_call_impl") / n, 1),
+            "module_lookups_per_token": round(in_module("__getattr__") / n, 1)}
+
+
+def lookup_microseconds() -> dict[str, float]:
+    """Microseconds of one read of a layer's weight (`layer.weight`, answered by nn.Module's `__getattr__`) and of
+    one plain attribute of the same object (`layer.in_features`), on this machine: the best of five timings."""
+    layer = torch.nn.Linear(1, 1)
+    best = lambda stmt: min(timeit.repeat(stmt, number=100_000, repeat=5)) / 100_000 * 1e6     # noqa: E731
+    return {"weight": round(best(lambda: layer.weight), 3), "plain attribute": round(best(lambda: layer.in_features), 3)}
 
 
 # ----------------------------------------------------- lesson 05: does the offset prevent collapse? (norm_bench.py)

@@ -16,9 +16,10 @@ machine's load hits them alike; the finding is the ratio of medians, library / r
 
 Where the time goes: the library's seconds per token split into the model's forward pass with the cache, the
 sampling (`sample_next`) and the rest of the loop; the operations PyTorch runs per token (counted by its
-profiler), which do not depend on the machine; and the forward pass's time by kind of code (Python's profiler:
-PyTorch's operations, nn.Module's call machinery, minwiola's own lines). Weights are the random initial ones: speed does not depend on
-their values.
+profiler), which do not depend on the machine; the Python-level calls per token (Python's profiler), among them
+nn.Module's calls and the look-ups it answers itself (`self.layer`, `layer.weight`: Python first fails to find
+them on the object, then asks `nn.Module.__getattr__`), with what one such look-up costs on this machine. Weights
+are the random initial ones: speed does not depend on their values.
 
 `--change TEXT` appends {change, commit, machine, tokens/s, ratio, operations} to the result's history, so each step of
 making the library faster says what it bought (lesson 04 shows the history). Writes results/generation_bench.json.
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from analysis import library_decode, operations_profile, reference_decode
+from analysis import library_decode, lookup_microseconds, operations_profile, python_profile, reference_decode
 from common import (commit, hardware, known_preset, positive_int, read_result, result_options, user_errors, with_history,
                     write_result)
 from minwiola.generate import sample_next
@@ -135,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     profiles = {"library": operations_profile(lambda k: library_decode(model, 0, k, 0), counted),
                 "reference, inference mode": operations_profile(
                     lambda k: inference_mode(reference_decode)(model, 0, k, 0), counted)}
+    python = {"library": python_profile(lambda k: library_decode(model, 0, k, 0), counted),
+              "reference, inference mode": python_profile(lambda k: inference_mode(reference_decode)(model, 0, k, 0),
+                                                          counted)}
     given = argv if argv is not None else sys.argv[1:]
     result = {"command": shlex.join(["python", "benchmarks/generation_bench.py", *given]),
               "commit": commit(), "hardware": hardware(), "torch": torch.__version__,
@@ -144,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
               "library_over_reference": round(rate["library"] / rate["reference"], 3),
               "library_over_reference_inference_mode": round(rate["library"] / rate["reference, inference mode"], 3),
               "cache_speedup": round(rate["library"] / rate["no cache"], 2), "profiles": profiles,
+              "python": python, "lookup_us": lookup_microseconds(),
               "ms_per_token": where_time_goes(model, n, args.repeat), "yocto_claim": YOCTO_CLAIM}
     row = {"change": args.change, "commit": result["commit"], "hardware": result["hardware"],
            "library": rate["library"], "reference": rate["reference"],
@@ -156,6 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, prof in profiles.items():
         print(f"{name}: {prof['ops_per_token']:.0f} operations per token, {prof['ms_in_operations']:.3f} ms "
               f"inside them, {prof['ms_outside_operations']:.3f} ms outside (profiled)")
+    for name, prof in python.items():
+        print(f"{name}: {prof['python_calls_per_token']:.0f} Python-level calls per token, of them "
+              f"{prof['module_calls_per_token']:.0f} nn.Module calls and {prof['module_lookups_per_token']:.0f} "
+              f"look-ups nn.Module answers")
+    print(f"one such look-up: {result['lookup_us']['weight']:.2f} us; a plain attribute "
+          f"{result['lookup_us']['plain attribute']:.2f} us")
     print("library, ms per token: " + ", ".join(f"{k} {v:.3f}" for k, v in result["ms_per_token"].items()))
     return 0
 

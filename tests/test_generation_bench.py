@@ -39,6 +39,10 @@ def test_a_run_writes_its_result_and_keeps_the_history(tmp_path, capsys):
     assert out["command"].endswith("--change 'second step'")           # quoted: it can be pasted back
     assert set(out["tokens_per_s"]) == {"library", "reference", "reference, inference mode", "no cache"}
     assert all(prof["ops_per_token"] > 0 for prof in out["profiles"].values())
+    library, reference = out["python"]["library"], out["python"]["reference, inference mode"]
+    assert library["module_calls_per_token"] >= 1 > reference["module_calls_per_token"]   # the reference: no modules
+    assert library["python_calls_per_token"] > library["module_lookups_per_token"] > 0
+    assert out["lookup_us"]["weight"] > out["lookup_us"]["plain attribute"] > 0
     assert bench.main([*argv]) == 0                                    # no --change: the history stays as it was
     assert len(json.loads(result.read_text())["history"]) == 2
     capsys.readouterr()
