@@ -362,8 +362,7 @@ class MultiHeadAttention(nn.Module):
             if self.keys_differ:                                 # srpe_radius="offset": the inverse radius
                 q, k = rotate(q, cos, sin), rotate(k, *self.coefficients(start, T, positions, side="key"))
             else:                   # queries and keys side by side: one rotation, half the operations of two
-                qk = rotate(torch.cat([q, k], 1), cos, sin)
-                q, k = qk.narrow(1, 0, self.H), qk.narrow(1, self.H, self.H_kv)
+                q, k = rotate(torch.cat([q, k], 1), cos, sin).split([self.H, self.H_kv], 1)
         if cache is not None:
             k, v = cache.append(k, v)
         return q_plain, q, k, v

@@ -548,9 +548,8 @@ class Block(nn.Module):
         return out
 
     def dropout(self, x: torch.Tensor) -> torch.Tensor:
-        """A residual branch's dropout, while training; outside it dropout does nothing, and the call is skipped: a
-        module call and the look-up of `self.drop` cost microseconds, and a small model's decoding is made of such
-        costs (two a block; benchmarks/generation_bench.py's history)."""
+        """A residual branch's dropout, skipped outside training: there it does nothing, yet its module call would
+        cost a decoding step microseconds (benchmarks/generation_bench.py's history)."""
         return self.drop(x) if self.training else x
 
     def stats(self) -> dict[str, float]:
