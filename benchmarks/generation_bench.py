@@ -21,6 +21,10 @@ nn.Module's calls and the look-ups it answers itself (`self.layer`, `layer.weigh
 them on the object, then asks `nn.Module.__getattr__`), with what one such look-up costs on this machine. Weights
 are the random initial ones: speed does not depend on their values.
 
+On a shared machine one run's ratio scatters (by up to 0.1 on the 2-core machine of docs/results.md, for the same
+code): to compare two versions, run each several times in turns, each run a fresh process (`--result` to a scratch
+file), and compare medians, as docs/results.md does.
+
 `--change TEXT` appends {change, commit, machine, tokens/s, ratio, operations} to the result's history, so each step of
 making the library faster says what it bought (lesson 04 shows the history). Writes results/generation_bench.json.
 """
